@@ -1,0 +1,41 @@
+package eviction
+
+// Policy decides which evictable key of a cache leaves next.
+//
+// A key is tracked from [Policy.Insert] until it is returned by
+// [Policy.Evict] or dropped by [Policy.Remove]. A tracked key is either
+// evictable or pinned; a freshly inserted key is evictable. The owner of the
+// cache keeps the bytes and the capacity accounting; the policy only orders
+// keys, so the same policy value serves a kvcache tier (where most keys are
+// pinned by running requests) and the trace replay (a classic cache where
+// every request is a lookup and a miss inserts).
+//
+// Policies are not safe for concurrent use: the owner serializes all calls.
+// Calls naming an unknown key (Access, Pin, Unpin, Remove) are no-ops, so an
+// owner never has to look a key up before telling the policy about it.
+type Policy[K comparable] interface {
+	// Insert starts tracking k as evictable, described by e. It returns an
+	// error wrapping ErrInvalidEntry when e is malformed (for example a size
+	// below 1 or a priority outside 0..100) and one wrapping ErrKeyExists
+	// when k is already tracked; the policy is then unchanged.
+	Insert(k K, e Entry) error
+	// Access records a use of k (a cache hit), pinned or not.
+	Access(k K)
+	// Pin makes k ineligible as a victim until Unpin. Pinning a pinned key
+	// does nothing: the owner counts references, the policy does not. The
+	// key's history (recency, frequency, priority) is kept while it is
+	// pinned.
+	Pin(k K)
+	// Unpin makes a pinned k evictable again. Unpinning an evictable key
+	// does nothing.
+	Unpin(k K)
+	// Remove stops tracking k without choosing it as a victim (its unit was
+	// freed or invalidated). Pinned keys can be removed.
+	Remove(k K)
+	// Evict chooses an evictable key, stops tracking it and returns it. It
+	// returns false when no tracked key is evictable. It never returns a
+	// pinned key.
+	Evict() (K, bool)
+	// Len returns the number of tracked keys, pinned or not.
+	Len() int
+}
