@@ -1,0 +1,119 @@
+package eviction
+
+// LRU evicts the evictable key that was used least recently.
+//
+// Algorithm: one doubly linked list of the evictable keys, least recently
+// used at the front, plus a map from key to list node. Insert appends at the
+// back, Access moves an evictable key to the back, Evict takes the front.
+// Nodes live in a slab addressed by int32 indices with a free list, so once
+// the number of tracked keys stops growing no operation allocates. Every
+// operation is O(1) (one map operation and a few link updates).
+//
+// Pinning: a pinned key leaves the list but stays in the map, and Unpin puts
+// it back at the most recently used end. A pin marks the key as in use, so
+// the moment it is released is its most recent use; this is what vLLM does
+// when it appends freed blocks to the tail of its free-block queue. For the
+// same reason Access of a pinned key changes nothing: its release will be
+// later than the access anyway.
+//
+// The zero LRU is not usable; create one with [NewLRU]. An LRU is not safe
+// for concurrent use.
+type LRU[K comparable] struct {
+	slab  linkedSlab[K, struct{}]
+	index map[K]int32
+}
+
+var _ Policy[int] = (*LRU[int])(nil)
+
+// lruHead is the sentinel of the LRU's only list.
+const lruHead int32 = 0
+
+// NewLRU returns an empty LRU policy.
+func NewLRU[K comparable]() *LRU[K] {
+	p := &LRU[K]{index: make(map[K]int32)}
+	p.slab.init(1)
+	return p
+}
+
+// Insert starts tracking k as the most recently used evictable key. It
+// returns an error wrapping [ErrInvalidEntry] for an invalid e and one
+// wrapping [ErrKeyExists] when k is already tracked; the policy is then
+// unchanged. LRU ignores every field of e beyond validating it.
+func (p *LRU[K]) Insert(k K, e Entry) error {
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	if _, ok := p.index[k]; ok {
+		return trackedKeyError(k)
+	}
+	i, err := p.slab.alloc(k, struct{}{})
+	if err != nil {
+		return err
+	}
+	p.slab.pushBack(lruHead, i)
+	p.index[k] = i
+	return nil
+}
+
+// Access makes an evictable k the most recently used key. It does nothing
+// for a pinned or unknown k.
+func (p *LRU[K]) Access(k K) {
+	i, ok := p.index[k]
+	if !ok || !p.slab.linked(i) {
+		return
+	}
+	p.slab.moveToBack(lruHead, i)
+}
+
+// Pin makes k ineligible for eviction until Unpin. It does nothing for an
+// unknown or already pinned k.
+func (p *LRU[K]) Pin(k K) {
+	i, ok := p.index[k]
+	if !ok || !p.slab.linked(i) {
+		return
+	}
+	p.slab.unlink(i)
+}
+
+// Unpin makes a pinned k evictable again as the most recently used key. It
+// does nothing for an unknown or evictable k.
+func (p *LRU[K]) Unpin(k K) {
+	i, ok := p.index[k]
+	if !ok || p.slab.linked(i) {
+		return
+	}
+	p.slab.pushBack(lruHead, i)
+}
+
+// Remove stops tracking k, pinned or not. It does nothing for an unknown k.
+func (p *LRU[K]) Remove(k K) {
+	i, ok := p.index[k]
+	if !ok {
+		return
+	}
+	if p.slab.linked(i) {
+		p.slab.unlink(i)
+	}
+	delete(p.index, k)
+	p.slab.release(i)
+}
+
+// Evict removes and returns the least recently used evictable key. It
+// returns false when every tracked key is pinned or none is tracked.
+func (p *LRU[K]) Evict() (K, bool) {
+	i := p.slab.front(lruHead)
+	if i == lruHead {
+		var zero K
+		return zero, false
+	}
+	k := p.slab.nodes[i].key
+	p.slab.unlink(i)
+	delete(p.index, k)
+	p.slab.release(i)
+	return k, true
+}
+
+// Len returns the number of tracked keys, pinned or not.
+func (p *LRU[K]) Len() int {
+	return len(p.index)
+}
