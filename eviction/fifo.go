@@ -1,0 +1,156 @@
+package eviction
+
+// FIFO evicts the evictable key that was inserted first. Access does not
+// reorder keys, and neither does pinning: a key keeps its place in the
+// insertion order while pinned, so once unpinned it is as old as it was and
+// leaves before every key inserted after it. This is the "history" a FIFO
+// has; giving a released key a new place at the back would turn FIFO into
+// an LRU over releases for an owner, like a kvcache tier, that pins every
+// key it uses.
+//
+// Algorithm: a queue (slab-backed doubly linked list, int32 indices, free
+// list) holds the keys in insertion order, pinned ones included. Evict
+// takes the front; a pinned key found at the front is set aside ("parked")
+// instead. Every parked key is older than every key still queued, because
+// keys only join the queue at the back. An unpinned parked key therefore
+// goes into a min-heap keyed by insertion number, and Evict takes from that
+// heap first: its minimum is the oldest evictable key of all.
+//
+// Costs: Insert, Access and Remove of a queued key are O(1); Pin and Unpin
+// of a queued key are O(1); Evict is O(1) amortized (each pinned key is
+// parked at most once per Pin). Only keys that were pinned when they reached
+// the front pay O(log h) on Unpin, Pin and Evict, h being the number of
+// such keys unpinned and waiting. With no pins, as in trace replay, FIFO is
+// a plain queue. Once the number of tracked keys stops growing nothing
+// allocates.
+//
+// The zero FIFO is not usable; create one with [NewFIFO]. A FIFO is not
+// safe for concurrent use.
+type FIFO[K comparable] struct {
+	slab  linkedSlab[K, fifoMeta]
+	index map[K]int32
+	// reclaimed holds the parked keys that were unpinned since, keyed by
+	// insertion number.
+	reclaimed stampHeap
+	nextSeq   uint64
+}
+
+// fifoMeta is FIFO's per-key data. A key is queued when its node is linked,
+// reclaimed when it is in the heap, and parked otherwise (then it is
+// pinned).
+type fifoMeta struct {
+	seq    uint64 // insertion number: the queue's order
+	pinned bool
+}
+
+var _ Policy[int] = (*FIFO[int])(nil)
+
+// fifoHead is the sentinel of the FIFO's queue.
+const fifoHead int32 = 0
+
+// NewFIFO returns an empty FIFO policy.
+func NewFIFO[K comparable]() *FIFO[K] {
+	p := &FIFO[K]{index: make(map[K]int32)}
+	p.slab.init(1)
+	return p
+}
+
+// Insert starts tracking k as the newest evictable key. It returns an error
+// wrapping [ErrInvalidEntry] for an invalid e and one wrapping
+// [ErrKeyExists] when k is already tracked; the policy is then unchanged.
+// FIFO ignores every field of e beyond validating it.
+func (p *FIFO[K]) Insert(k K, e Entry) error {
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	if _, ok := p.index[k]; ok {
+		return trackedKeyError(k)
+	}
+	i, err := p.slab.alloc(k, fifoMeta{seq: p.nextSeq})
+	if err != nil {
+		return err
+	}
+	p.nextSeq++
+	p.slab.pushBack(fifoHead, i)
+	p.index[k] = i
+	return nil
+}
+
+// Access does nothing: a FIFO orders keys by insertion only.
+func (p *FIFO[K]) Access(k K) {}
+
+// Pin makes k ineligible for eviction until Unpin, keeping its place in the
+// insertion order. It does nothing for an unknown or already pinned k.
+func (p *FIFO[K]) Pin(k K) {
+	i, ok := p.index[k]
+	if !ok || p.slab.nodes[i].meta.pinned {
+		return
+	}
+	p.slab.nodes[i].meta.pinned = true
+	// A reclaimed key goes back to being parked; a queued one stays put.
+	p.reclaimed.remove(i)
+}
+
+// Unpin makes a pinned k evictable again, as old as it was inserted. It
+// does nothing for an unknown or evictable k.
+func (p *FIFO[K]) Unpin(k K) {
+	i, ok := p.index[k]
+	if !ok || !p.slab.nodes[i].meta.pinned {
+		return
+	}
+	n := &p.slab.nodes[i]
+	n.meta.pinned = false
+	if !p.slab.linked(i) {
+		p.reclaimed.push(i, 0, n.meta.seq)
+	}
+}
+
+// Remove stops tracking k, pinned or not. It does nothing for an unknown k.
+func (p *FIFO[K]) Remove(k K) {
+	i, ok := p.index[k]
+	if !ok {
+		return
+	}
+	p.forget(i)
+}
+
+// forget drops node i from whichever structure holds it and frees it.
+func (p *FIFO[K]) forget(i int32) {
+	if p.slab.linked(i) {
+		p.slab.unlink(i)
+	} else {
+		p.reclaimed.remove(i)
+	}
+	delete(p.index, p.slab.nodes[i].key)
+	p.slab.release(i)
+}
+
+// Evict removes and returns the evictable key inserted first. It returns
+// false when every tracked key is pinned or none is tracked.
+func (p *FIFO[K]) Evict() (K, bool) {
+	if p.reclaimed.len() > 0 {
+		i := p.reclaimed.min().node
+		k := p.slab.nodes[i].key
+		p.forget(i)
+		return k, true
+	}
+	for {
+		i := p.slab.front(fifoHead)
+		if i == fifoHead {
+			var zero K
+			return zero, false
+		}
+		if p.slab.nodes[i].meta.pinned {
+			p.slab.unlink(i) // park it: older than everything queued
+			continue
+		}
+		k := p.slab.nodes[i].key
+		p.forget(i)
+		return k, true
+	}
+}
+
+// Len returns the number of tracked keys, pinned or not.
+func (p *FIFO[K]) Len() int {
+	return len(p.index)
+}
