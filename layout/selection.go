@@ -3,6 +3,7 @@ package layout
 import (
 	"cmp"
 	"fmt"
+	"math/bits"
 	"slices"
 )
 
@@ -130,92 +131,132 @@ func (l *Layout) checkSelection(sel Selection) (int64, error) {
 	return int64(sel.BlockTokens), nil
 }
 
+// bitmapWords sizes the on-stack bitmap that deduplicates selected blocks:
+// sequences of up to 64×64 = 4096 selection blocks (2M tokens in 512-token
+// MoBA blocks) use it; longer ones sort instead.
+const bitmapWords = 64
+
 // appendSliceTouched appends the units of one slice that sel reads.
 //
-// It first gathers the selected block indices of every (layer, query head)
-// pair that reads the slice into dst, sorts and deduplicates them, then
-// expands each block into the units it overlaps. Blocks are sorted, so
-// their unit ranges only grow and overlap at most in the unit they share at
-// a boundary; tracking the last unit emitted removes those repeats. The
-// expansion is written after the keys and then moved down over them, so no
-// scratch memory beyond dst is needed.
+// It first deduplicates the selected blocks of every (layer, query head)
+// pair that reads the slice, then expands each block, in increasing order,
+// into the units it overlaps. Short sequences deduplicate in a bitmap on the
+// stack; long ones gather the blocks into dst, sort and compact them, write
+// the expansion after them and move it down, so no memory beyond dst is
+// needed either way.
 func (l *Layout) appendSliceTouched(dst []UnitRef, slice int, sel Selection, blockTokens int64) ([]UnitRef, error) {
-	start := len(dst)
-	qlo, qhi := 0, l.model.QueryHeads
-	if l.kind == BSA {
-		h := slice % l.heads
-		qlo, qhi = h*l.group, (h+1)*l.group
-	}
 	numBlocks := ceilDiv(sel.Tokens, blockTokens)
-	var err error
-	switch {
-	case l.kind == AllLayers && l.groupLayers != nil:
-		for _, k := range l.groupLayers[slice] {
-			if dst, err = l.appendSelected(dst, slice, k, qlo, qhi, sel, numBlocks); err != nil {
-				return dst, err
+	x := unitExpander{
+		slice:       slice,
+		tokens:      sel.Tokens,
+		blockTokens: blockTokens,
+		unitTokens:  int64(l.tokens),
+		from:        windowStart(l.pools[l.poolOf(slice)].Window, sel.Tokens),
+		last:        -1,
+	}
+	if numBlocks <= bitmapWords*64 {
+		var seen [bitmapWords]uint64
+		err := l.eachSelected(slice, sel, numBlocks, func(b int64) { seen[b>>6] |= 1 << (b & 63) })
+		if err != nil {
+			return dst, err
+		}
+		for w, word := range seen[:ceilDiv(numBlocks, 64)] {
+			for word != 0 {
+				b := int64(w)<<6 | int64(bits.TrailingZeros64(word))
+				word &= word - 1
+				dst = x.appendUnits(dst, b)
 			}
 		}
-	default:
-		klo, khi := 0, l.kvLayers // AllLayers with a single slice
-		switch l.kind {
-		case PagedLayer:
-			klo, khi = slice, slice+1
-		case BSA:
-			klo, khi = slice/l.heads, slice/l.heads+1
-		}
-		for k := klo; k < khi; k++ {
-			if dst, err = l.appendSelected(dst, slice, k, qlo, qhi, sel, numBlocks); err != nil {
-				return dst, err
-			}
-		}
+		return dst, nil
 	}
 
+	start := len(dst)
+	err := l.eachSelected(slice, sel, numBlocks, func(b int64) { dst = append(dst, UnitRef{Slice: slice, Block: b}) })
+	if err != nil {
+		return dst, err
+	}
 	keys := dst[start:]
 	slices.SortFunc(keys, func(a, b UnitRef) int { return cmp.Compare(a.Block, b.Block) })
-	keys = slices.Compact(keys)
-	n := len(keys)
+	n := len(slices.Compact(keys))
 	dst = dst[:start+n]
-
-	unitTokens := int64(l.tokens)
-	from := windowStart(l.pools[l.poolOf(slice)].Window, sel.Tokens)
-	last := int64(-1)
 	for i := range n {
-		b := dst[start+i].Block
-		lo := b * blockTokens // b < numBlocks, so lo < Tokens: no overflow
-		hi := sel.Tokens
-		if lo <= sel.Tokens-blockTokens {
-			hi = lo + blockTokens
-		}
-		lo = max(lo, from)
-		if lo >= hi {
-			continue // the block lies wholly before the window
-		}
-		u0, u1 := max(lo/unitTokens, last+1), (hi-1)/unitTokens
-		for u := u0; u <= u1; u++ {
-			dst = append(dst, UnitRef{Slice: slice, Block: u})
-		}
-		last = max(last, u1)
+		dst = x.appendUnits(dst, dst[start+i].Block)
 	}
 	moved := copy(dst[start:], dst[start+n:])
 	return dst[:start+moved], nil
 }
 
-// appendSelected appends, as UnitRef keys of slice, the blocks that query
-// heads [qlo, qhi) of every model layer reading KV layer k select.
-func (l *Layout) appendSelected(dst []UnitRef, slice, k, qlo, qhi int, sel Selection, numBlocks int64) ([]UnitRef, error) {
+// eachSelected calls visit for every block selected by a (model layer,
+// query head) pair whose KV lives in slice, after checking it is in
+// [0, numBlocks).
+func (l *Layout) eachSelected(slice int, sel Selection, numBlocks int64, visit func(b int64)) error {
+	qlo, qhi := 0, l.model.QueryHeads
+	if l.kind == BSA {
+		h := slice % l.heads
+		qlo, qhi = h*l.group, (h+1)*l.group
+	}
+	var kvLayers []int // the KV layers of the slice, or nil for the range [klo, khi)
+	klo, khi := 0, l.kvLayers
+	switch l.kind {
+	case AllLayers:
+		if l.groupLayers != nil {
+			kvLayers = l.groupLayers[slice]
+		}
+	case PagedLayer:
+		klo, khi = slice, slice+1
+	case BSA:
+		klo, khi = slice/l.heads, slice/l.heads+1
+	}
+	if kvLayers != nil {
+		klo, khi = 0, len(kvLayers)
+	}
 	f := l.model.claFactor()
-	first := k * f
-	last := min(first+f, l.model.Layers)
-	for layer := first; layer < last; layer++ {
-		for q, blocks := range sel.Blocks[layer][qlo:qhi] {
-			for _, b := range blocks {
-				if b < 0 || b >= numBlocks {
-					return dst, fmt.Errorf("%w: layer %d query head %d selects block %d, sequence has %d",
-						ErrOutOfRange, layer, qlo+q, b, numBlocks)
+	for i := klo; i < khi; i++ {
+		k := i
+		if kvLayers != nil {
+			k = kvLayers[i]
+		}
+		first := k * f // < Layers, so no overflow
+		for layer := first; layer < min(first+f, l.model.Layers); layer++ {
+			for q, blocks := range sel.Blocks[layer][qlo:qhi] {
+				for _, b := range blocks {
+					if b < 0 || b >= numBlocks {
+						return fmt.Errorf("%w: layer %d query head %d selects block %d, sequence has %d",
+							ErrOutOfRange, layer, qlo+q, b, numBlocks)
+					}
+					visit(b)
 				}
-				dst = append(dst, UnitRef{Slice: slice, Block: b})
 			}
 		}
 	}
-	return dst, nil
+	return nil
+}
+
+// unitExpander turns selection blocks, fed in increasing order, into the
+// units of one slice they overlap. The unit ranges of increasing blocks
+// only move forward and can share at most a boundary unit, so remembering
+// the last unit emitted removes every repeat.
+type unitExpander struct {
+	slice                           int
+	tokens, blockTokens, unitTokens int64
+	from                            int64 // first token inside the slice's window
+	last                            int64 // last unit appended, -1 before any
+}
+
+func (x *unitExpander) appendUnits(dst []UnitRef, b int64) []UnitRef {
+	lo := b * x.blockTokens // b < ceil(tokens/blockTokens), so lo < tokens: no overflow
+	hi := x.tokens
+	if lo <= x.tokens-x.blockTokens {
+		hi = lo + x.blockTokens
+	}
+	lo = max(lo, x.from)
+	if lo >= hi {
+		return dst // the block lies wholly before the window
+	}
+	u0, u1 := max(lo/x.unitTokens, x.last+1), (hi-1)/x.unitTokens
+	for u := u0; u <= u1; u++ {
+		dst = append(dst, UnitRef{Slice: x.slice, Block: u})
+	}
+	x.last = max(x.last, u1)
+	return dst
 }

@@ -143,3 +143,46 @@ func TestAppendTouchedReusesItsBuffer(t *testing.T) {
 	assert.Zero(t, allocs)
 	assert.Len(t, buf, 8*16*28)
 }
+
+// TestTouchedLongSequences covers sequences of more than 4096 selection
+// blocks, which deduplicate by sorting instead of the on-stack bitmap, and
+// checks them against the same token-scan reference.
+func TestTouchedLongSequences(t *testing.T) {
+	rng := newRand(t)
+	for range 30 {
+		m := randomModel(rng)
+		kind := Kinds()[rng.IntN(3)]
+		l := mustNew(t, m, kind, []int{2, 4, 8}[rng.IntN(3)])
+		sel := Selection{Tokens: 8193 + rng.Int64N(8000), BlockTokens: 1 + rng.IntN(2), Blocks: make([][][]int64, m.Layers)}
+		numBlocks := (sel.Tokens + int64(sel.BlockTokens) - 1) / int64(sel.BlockTokens)
+		require.Greater(t, numBlocks, int64(bitmapWords*64))
+		for layer := range sel.Blocks {
+			sel.Blocks[layer] = make([][]int64, m.QueryHeads)
+			for q := range sel.Blocks[layer] {
+				for range rng.IntN(6) {
+					b := rng.Int64N(numBlocks)
+					if rng.IntN(2) == 0 {
+						b = numBlocks - 1 - rng.Int64N(20) // near the end, inside windows
+					}
+					sel.Blocks[layer][q] = append(sel.Blocks[layer][q], b)
+				}
+			}
+		}
+		want := touchedByTokenScan(t, l, sel)
+		got, err := l.AppendTouched(nil, sel)
+		require.NoError(t, err)
+		require.Len(t, got, len(want))
+		for i, r := range got {
+			require.True(t, want[r], "unexpected %+v", r)
+			if i > 0 {
+				require.True(t, got[i-1].Slice < r.Slice || got[i-1].Slice == r.Slice && got[i-1].Block < r.Block)
+			}
+		}
+		// An out-of-range block is still caught on this path.
+		sel.Blocks[0][0] = append(sel.Blocks[0][0], numBlocks)
+		prefix := []UnitRef{{7, 7}}
+		out, err := l.AppendTouched(prefix, sel)
+		require.ErrorIs(t, err, ErrOutOfRange)
+		require.Equal(t, prefix, out)
+	}
+}
