@@ -2,6 +2,7 @@ package eviction_test
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -322,4 +323,81 @@ func runScript(t *testing.T, p eviction.Policy[int], clk *eviction.ManualClock, 
 		}
 	}
 	return strings.Join(victims, " ")
+}
+
+// refPrioritized states the prioritized LRU's semantics directly: a key's
+// priority at time now is its own until its timer (started when it last
+// became evictable) reaches its duration, and DefaultPriority for good
+// after; a fallen-back key counts as used at its expiry instant, ahead of
+// any operation at that instant. Evict takes the lowest priority, then the
+// oldest stamp.
+type refPrioritized struct{ refBase }
+
+// settle applies every expiry due by now.
+func (r *refPrioritized) settle(now time.Duration) {
+	for i := range r.items {
+		it := &r.items[i]
+		if it.pinned || it.duration <= 0 || it.priority == eviction.DefaultPriority {
+			continue
+		}
+		expiry := it.timerFrom + it.duration
+		if it.duration > math.MaxInt64-it.timerFrom {
+			expiry = math.MaxInt64
+		}
+		if expiry <= now {
+			it.priority = eviction.DefaultPriority
+			it.duration = 0
+			it.stamp = refStamp{at: expiry, kind: 0, order: it.timerSeq}
+		}
+	}
+}
+
+// startTimer marks item i as having just become evictable.
+func (r *refPrioritized) startTimer(i int, now time.Duration) {
+	it := &r.items[i]
+	it.stamp = r.next(now)
+	it.timerFrom = now
+	it.timerSeq = it.stamp.order
+}
+
+func (r *refPrioritized) insert(k int, e eviction.Entry, now time.Duration) bool {
+	r.settle(now)
+	if e.Validate() != nil || r.find(k) >= 0 {
+		return false
+	}
+	r.items = append(r.items, refItem{key: k, priority: e.Priority, duration: e.PriorityDuration})
+	r.startTimer(len(r.items)-1, now)
+	return true
+}
+
+func (r *refPrioritized) access(k int, now time.Duration) {
+	r.settle(now)
+	if i := r.find(k); i >= 0 && !r.items[i].pinned {
+		r.items[i].stamp = r.next(now)
+	}
+}
+
+func (r *refPrioritized) pin(k int, now time.Duration) {
+	r.settle(now)
+	if i := r.find(k); i >= 0 {
+		r.items[i].pinned = true
+	}
+}
+
+func (r *refPrioritized) unpin(k int, now time.Duration) {
+	r.settle(now)
+	if i := r.find(k); i >= 0 && r.items[i].pinned {
+		r.items[i].pinned = false
+		r.startTimer(i, now)
+	}
+}
+
+func (r *refPrioritized) evict(now time.Duration) (int, bool) {
+	r.settle(now)
+	return r.evictMin(func(a, b *refItem) bool {
+		if a.priority != b.priority {
+			return a.priority < b.priority
+		}
+		return a.stamp.less(b.stamp)
+	})
 }
