@@ -16,7 +16,8 @@ var ErrInvalidLayout = errors.New("layout: invalid layout")
 var ErrInvalidSelection = errors.New("layout: invalid selection")
 
 // ErrOutOfRange reports an index outside its valid range: a layer, KV layer,
-// head, slice, token, dimension, component or selected block.
+// head, slice, token, dimension, component, selected block, or a negative
+// token count.
 var ErrOutOfRange = errors.New("layout: index out of range")
 
 // ErrOverflow reports a size that does not fit in an int64 (or an int where

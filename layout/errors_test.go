@@ -195,9 +195,9 @@ func TestInvalidSelections(t *testing.T) {
 		assert.Contains(t, err.Error(), "selects block")
 	}
 	_, err = l.Footprint(-1)
-	require.ErrorIs(t, err, ErrInvalidSelection)
+	require.ErrorIs(t, err, ErrOutOfRange)
 	_, _, err = l.HeldBlocks(0, -1)
-	require.ErrorIs(t, err, ErrInvalidSelection)
+	require.ErrorIs(t, err, ErrOutOfRange)
 }
 
 func TestSentinelsAreDistinct(t *testing.T) {

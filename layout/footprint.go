@@ -19,15 +19,14 @@ type Usage struct {
 // (tokens-w)/TokensPerUnit() when tokens > w, else 0, and a windowed slice
 // holds at most ceil(w/TokensPerUnit())+1 blocks (one more than w alone
 // needs when the window does not start on a block boundary). It returns an
-// error matching ErrOutOfRange for a bad slice and ErrInvalidSelection for
-// negative tokens.
+// error matching ErrOutOfRange for a bad slice or negative tokens.
 func (l *Layout) HeldBlocks(i int, tokens int64) (first, end int64, err error) {
 	s, err := l.Slice(i)
 	if err != nil {
 		return 0, 0, err
 	}
 	if tokens < 0 {
-		return 0, 0, fmt.Errorf("%w: tokens %d must not be negative", ErrInvalidSelection, tokens)
+		return 0, 0, fmt.Errorf("%w: tokens %d must not be negative", ErrOutOfRange, tokens)
 	}
 	first, end = l.heldBlocks(s.Window, tokens)
 	return first, end, nil
@@ -52,14 +51,14 @@ func windowStart(window int, tokens int64) int64 {
 // tokens: every slice holds the blocks HeldBlocks gives, so full-attention
 // slices hold ceil(tokens/TokensPerUnit()) units and windowed slices hold at
 // most the blocks that overlap their window. It returns an error matching
-// ErrInvalidSelection for negative tokens, ErrOverflow when the total does
+// ErrOutOfRange for negative tokens, ErrOverflow when the total does
 // not fit in an int64, and ErrInvalidLayout for a Layout not built by New.
 func (l *Layout) Footprint(tokens int64) (Usage, error) {
 	if !l.ready() {
 		return Usage{}, errNotBuilt()
 	}
 	if tokens < 0 {
-		return Usage{}, fmt.Errorf("%w: tokens %d must not be negative", ErrInvalidSelection, tokens)
+		return Usage{}, fmt.Errorf("%w: tokens %d must not be negative", ErrOutOfRange, tokens)
 	}
 	var u Usage
 	for _, p := range l.pools {
