@@ -56,11 +56,18 @@ type Element struct {
 // Component under MLA, Head for BSA (the head picks the unit) and under
 // MLA. Locate applies this formula after checking every index.
 type Strides struct {
-	Layer     int64
+	// Layer is the distance between consecutive KV layers of an AllLayers
+	// unit.
+	Layer int64
+	// Component is the distance between K and V of the same head and token.
 	Component int64
-	Head      int64
-	Token     int64
-	Dim       int64
+	// Head is the distance between consecutive KV heads.
+	Head int64
+	// Token is the distance between consecutive tokens.
+	Token int64
+	// Dim is the distance between consecutive elements of a vector: the
+	// element size.
+	Dim int64
 }
 
 // Strides returns the byte strides of l's units; they are the same for

@@ -37,7 +37,9 @@ type Selection struct {
 // token block Block (tokens Block×TokensPerUnit up to
 // (Block+1)×TokensPerUnit-1).
 type UnitRef struct {
+	// Slice is the slice index, as for Layout.Slice.
 	Slice int
+	// Block is the index of the token block in the sequence.
 	Block int64
 }
 
