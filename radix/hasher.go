@@ -1,6 +1,7 @@
 package radix
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/cespare/xxhash/v2"
@@ -127,6 +128,21 @@ const (
 // start is the absolute position of the block's first token: extra keys
 // enter with their offset inside the block.
 func (h *Hasher) hashBlock(enc *encoder, parent uint64, first bool, k Keys, start int, tokens []uint32, extra []ExtraKey) uint64 {
+	if !first && len(extra) == 0 && 13+4*len(tokens) <= len(enc.buf) {
+		// The hot case, a later block without extra keys, written in
+		// straight-line code; it produces the same bytes as the general
+		// path below.
+		b := enc.buf[:13+4*len(tokens)]
+		binary.LittleEndian.PutUint64(b, parent)
+		b[8] = tagTokens
+		binary.LittleEndian.PutUint32(b[9:], uint32(len(tokens)))
+		tb := b[13:]
+		for _, v := range tokens {
+			binary.LittleEndian.PutUint32(tb, v)
+			tb = tb[4:]
+		}
+		return xxhash.Sum64(b) & h.mask
+	}
 	enc.reset()
 	if first {
 		enc.u64(h.seed)
