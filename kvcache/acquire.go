@@ -1,0 +1,199 @@
+package kvcache
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/kvtier/kvtier/radix"
+)
+
+// Acquire starts a sequence for req and returns its plan.
+//
+// A dense request takes its whole prompt: the longest cached prefix is
+// matched (whole blocks, same namespace, LoRA and extra keys), every unit of
+// every prompt block is pinned on the GPU (hits stay, CPU units are copied
+// back, dropped or missing units get fresh slots), and the prompt's full
+// blocks are committed to the prefix tree at once, so another request can
+// reuse them immediately (the server computes them in the same step, as in
+// vLLM: a forward pass writes a layer's KV before attention reads it). The
+// Plan's Compute lists the tokens to compute: uncached ones, and cached
+// blocks a unit of which was dropped (their tokens are recomputed, while
+// later blocks may still hit, as in Pensieve).
+//
+// A sparse request (req.Sparse) takes only the cached prefix of full blocks
+// whose units all hold bytes (on the GPU or the CPU), without pinning any:
+// SparseAccess brings them to the GPU when a step selects them. The rest of
+// the prompt (Plan.Pending tokens) is the server's to Append, block by block,
+// so the GPU need not hold the whole context.
+//
+// Acquire returns an error wrapping ErrInvalidRequest for bad priorities or
+// extra keys, ErrNoSpace when the GPU cannot supply the slots (everything
+// else pinned) and ErrCopyFailed when the Mover failed; the cache is then
+// unchanged.
+func (c *Cache) Acquire(req Request) (Plan, error) {
+	if err := req.Priorities.validate(); err != nil {
+		return Plan{}, err
+	}
+	c.mu.Lock()
+	defer c.unlock()
+	keys := radix.Keys{Namespace: req.Namespace, LoRA: req.LoRA}
+	nodes, err := c.tree.Match(c.scratch.nodes[:0], keys, req.Tokens, req.Extra)
+	c.scratch.nodes = nodes[:0]
+	if err != nil {
+		return Plan{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	s := &sequence{
+		keys:   keys,
+		extra:  slices.Clone(req.Extra),
+		sparse: req.Sparse,
+	}
+	if req.Priorities != nil {
+		p := *req.Priorities
+		p.Ranges = slices.Clone(p.Ranges)
+		s.prio = &p
+	}
+	if req.Sparse {
+		return c.acquireSparse(s, req.Tokens, nodes), nil
+	}
+	return c.acquireDense(s, req.Tokens, nodes)
+}
+
+func (c *Cache) acquireSparse(s *sequence, tokens []uint32, nodes []*radix.Node[int32]) Plan {
+	k := 0
+	for _, n := range nodes {
+		if c.blocks[n.Value].held != int32(c.numSlices) {
+			break
+		}
+		k++
+	}
+	s.tokens = slices.Clone(tokens[:k*c.blockTokens])
+	s.blocks = make([]int32, k)
+	for i, n := range nodes[:k] {
+		s.blocks[i] = n.Value
+		c.blocks[n.Value].refs++
+	}
+	s.writeFrom = len(s.tokens)
+	s.pinLo = c.wantLo(nil, s)
+	s.pinHi = k
+	s.stepPins = make([][]UnitID, c.layers)
+	c.register(s)
+	return Plan{Seq: s.id, Tokens: len(s.tokens), Pending: len(tokens) - len(s.tokens), ReusedTokens: len(s.tokens)}
+}
+
+func (c *Cache) acquireDense(s *sequence, tokens []uint32, nodes []*radix.Node[int32]) (Plan, error) {
+	B := c.blockTokens
+	nb := c.numBlocks(len(tokens))
+	matched := len(nodes)
+	blocks := make([]int32, 0, nb)
+	for _, n := range nodes {
+		blocks = append(blocks, n.Value)
+		// Referenced before the transaction so that no collection during
+		// it can forget a matched block.
+		c.blocks[n.Value].refs++
+	}
+	for i := matched; i < nb; i++ {
+		prio, dur := c.priority(s, i)
+		b := c.allocBlock(i, nb, prio, dur)
+		c.blocks[b].refs = 1
+		blocks = append(blocks, b)
+	}
+	s.writeFrom = 0
+	lo := c.wantLo(nil, s)
+	c.tx.reset()
+	c.queuePinDiff(nil, nil, 0, blocks, lo, nb, -1, -1)
+	if err := c.runTxn(); err != nil {
+		for i, b := range blocks {
+			if i < matched {
+				c.unref(b)
+			} else {
+				c.blocks[b].refs = 0
+				c.freeBlock(b)
+			}
+		}
+		return Plan{}, err
+	}
+	var plan Plan
+	c.fillPlan(&plan)
+	for _, i := range c.scratch.fresh {
+		end := min((i+1)*B, len(tokens))
+		plan.Compute = addRange(plan.Compute, i*B, end)
+		if i < matched {
+			plan.RecomputeTokens += end - i*B
+		}
+	}
+	plan.Compute = addRange(plan.Compute, matched*B, len(tokens))
+	plan.ReusedTokens = len(tokens)
+	for _, r := range plan.Compute {
+		plan.ReusedTokens -= r.Len()
+	}
+	c.countAccess()
+	c.st.recomputed += int64(plan.RecomputeTokens)
+
+	s.tokens = slices.Clone(tokens)
+	s.blocks = blocks
+	s.pinLo = lo
+	s.pinHi = nb
+	// Commit the prompt's new full blocks to the tree.
+	var parent *radix.Node[int32]
+	if matched > 0 {
+		parent = nodes[matched-1]
+	}
+	for i := matched; i < len(tokens)/B; i++ {
+		parent = c.commitBlock(s, i, parent)
+	}
+	c.register(s)
+	c.collectPending()
+	plan.Seq = s.id
+	plan.Tokens = len(tokens)
+	return plan, nil
+}
+
+// register gives s an id and makes it live.
+func (c *Cache) register(s *sequence) {
+	s.id = c.nextSeq
+	c.nextSeq++
+	c.seqs[s.id] = s
+}
+
+// commitBlock inserts full block i of s into the tree under parent (the
+// node of block i-1, nil for the first block) and returns its node. When an
+// equal block is already cached there (another sequence committed the same
+// tokens first), s adopts it and its own copy is merged away (mergeBlock).
+func (c *Cache) commitBlock(s *sequence, i int, parent *radix.Node[int32]) *radix.Node[int32] {
+	B := c.blockTokens
+	n, created, err := c.tree.InsertChild(parent, s.keys, s.tokens[i*B:(i+1)*B], s.extra)
+	if err != nil {
+		// Unreachable: the parent is live (referenced by s), the keys
+		// are s's and the extra keys were validated by Acquire.
+		return parent
+	}
+	b := s.blocks[i]
+	if created {
+		n.Value = b
+		c.blocks[b].node = n
+		c.st.stored++
+		c.emitBlock(BlockStored, b)
+		return n
+	}
+	c.mergeBlock(s, i, n)
+	return n
+}
+
+// countAccess adds the running transaction's needs to the hit and miss
+// counters of their pools.
+func (c *Cache) countAccess() {
+	for i := range c.tx.needs {
+		n := &c.tx.needs[i]
+		p := c.poolOfUnit(n.u)
+		switch n.act {
+		case actHit:
+			c.gpu[p].hits++
+		case actOnboard:
+			c.gpu[p].misses++
+			c.cpu[p].hits++
+		case actFresh:
+			c.gpu[p].misses++
+			c.cpu[p].misses++
+		}
+	}
+}

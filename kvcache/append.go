@@ -1,0 +1,78 @@
+package kvcache
+
+import (
+	"fmt"
+
+	"github.com/kvtier/kvtier/radix"
+)
+
+// Append adds tokens to sequence id (decode, or a chunk of a sparse
+// prefill) and returns the plan: a new block gets fresh GPU slots whenever
+// the last one fills, and every block that fills is committed to the prefix
+// tree at once, reusable by other requests (early reuse). If an equal block
+// was committed meanwhile by another sequence, id adopts it (see Plan: its
+// table may then point at that block's slots).
+//
+// The server computes the appended tokens (Plan.Compute) into the slots the
+// sequence's block tables give. For sliding-window layers, units of blocks
+// that fall wholly out of the window of the first appended token are
+// unpinned (they stay cached and reusable). A sparse sequence pins only the
+// blocks this Append writes and unpins those the previous Append wrote.
+//
+// Append with no tokens does nothing. It returns an error wrapping
+// ErrUnknownSequence, ErrNoSpace or ErrCopyFailed; the sequence is then
+// unchanged.
+func (c *Cache) Append(id SeqID, tokens ...uint32) (Plan, error) {
+	c.mu.Lock()
+	defer c.unlock()
+	s, ok := c.seqs[id]
+	if !ok {
+		return Plan{}, fmt.Errorf("%w: %d", ErrUnknownSequence, id)
+	}
+	if len(tokens) == 0 {
+		return Plan{Seq: id, Tokens: len(s.tokens)}, nil
+	}
+	B := c.blockTokens
+	n := len(s.tokens)
+	n2 := n + len(tokens)
+	nb, nb2 := len(s.blocks), c.numBlocks(n2)
+	newBlocks := append(c.scratch.blocks[:0], s.blocks...)
+	for i := nb; i < nb2; i++ {
+		prio, dur := c.priority(s, i)
+		b := c.allocBlock(i, nb2, prio, dur)
+		c.blocks[b].refs = 1
+		newBlocks = append(newBlocks, b)
+	}
+	c.scratch.blocks = newBlocks
+	oldWrite := s.writeFrom
+	s.writeFrom = n
+	lo := c.wantLo(c.scratch.lo, s)
+	c.scratch.lo = lo
+	c.tx.reset()
+	c.queuePinDiff(s.blocks, s.pinLo, s.pinHi, newBlocks, lo, nb2, -1, -1)
+	if err := c.runTxn(); err != nil {
+		s.writeFrom = oldWrite
+		for _, b := range newBlocks[nb:] {
+			c.blocks[b].refs = 0
+			c.freeBlock(b)
+		}
+		return Plan{}, err
+	}
+	plan := Plan{Seq: id}
+	c.fillPlan(&plan)
+	plan.Compute = []TokenRange{{Start: n, End: n2}}
+	s.tokens = append(s.tokens, tokens...)
+	s.blocks = append(s.blocks, newBlocks[nb:]...)
+	s.pinLo = append(s.pinLo[:0], lo...)
+	s.pinHi = nb2
+	var parent *radix.Node[int32]
+	if first := n / B; first > 0 {
+		parent = c.blocks[s.blocks[first-1]].node
+	}
+	for i := n / B; i < n2/B; i++ {
+		parent = c.commitBlock(s, i, parent)
+	}
+	c.collectPending()
+	plan.Tokens = n2
+	return plan, nil
+}

@@ -1,0 +1,87 @@
+package kvcache
+
+import (
+	"time"
+
+	"github.com/kvtier/kvtier/eviction"
+	"github.com/kvtier/kvtier/radix"
+)
+
+// blockRec is the cache's record of one token block: its node in the prefix
+// tree (nil for a sequence's private block, which is partial or a
+// copy-on-write copy), how many sequences hold it, how many of its units
+// hold bytes, and what the policies are told about it.
+//
+// The units of block b are UnitID(b<<sliceShift | slice); their state lives
+// in the flat tables of Cache (uTier, uSlot, uPins), indexed by UnitID.
+type blockRec struct {
+	node *radix.Node[int32]
+	// refs counts the sequences whose block list holds this block.
+	refs int32
+	// held counts units on the GPU or the CPU (with bytes).
+	held int32
+	// index is the block's position in its sequence (its chunk).
+	index int32
+	// chunks is the sequence length in blocks when the block was made,
+	// for the cost model's position weight.
+	chunks int32
+	// prio and prioDur are the priority the next insert of a unit uses.
+	prio    int8
+	live    bool
+	prioDur time.Duration
+}
+
+// allocBlock returns a fresh block record with all units dropped.
+func (c *Cache) allocBlock(index, chunks int, prio int, dur time.Duration) int32 {
+	var b int32
+	if n := len(c.freeBlocks); n > 0 {
+		b = c.freeBlocks[n-1]
+		c.freeBlocks = c.freeBlocks[:n-1]
+	} else {
+		b = int32(len(c.blocks))
+		c.blocks = append(c.blocks, blockRec{})
+		stride := 1 << c.sliceShift
+		for range stride {
+			c.uTier = append(c.uTier, Dropped)
+			c.uSlot = append(c.uSlot, -1)
+			c.uPins = append(c.uPins, 0)
+		}
+	}
+	c.blocks[b] = blockRec{index: int32(index), chunks: int32(max(chunks, index+1)),
+		prio: int8(prio), prioDur: dur, live: true}
+	return b
+}
+
+// freeBlock forgets block b. Its units must hold no bytes and no pins.
+func (c *Cache) freeBlock(b int32) {
+	c.blocks[b] = blockRec{}
+	c.freeBlocks = append(c.freeBlocks, b)
+}
+
+// unit returns the id of slice s of block b.
+func (c *Cache) unit(b int32, s int) UnitID {
+	return UnitID(uint64(b)<<c.sliceShift | uint64(s))
+}
+
+// blockOf returns the block of unit u.
+func (c *Cache) blockOf(u UnitID) int32 { return int32(u >> c.sliceShift) }
+
+// sliceOf returns the slice of unit u.
+func (c *Cache) sliceOf(u UnitID) int { return int(u & (1<<c.sliceShift - 1)) }
+
+// poolOfUnit returns the pool of unit u.
+func (c *Cache) poolOfUnit(u UnitID) int { return int(c.slicePool[c.sliceOf(u)]) }
+
+// entryOf returns what the policies are told about unit u.
+func (c *Cache) entryOf(u UnitID) eviction.Entry {
+	b := &c.blocks[c.blockOf(u)]
+	e := eviction.Entry{Size: 1, Priority: int(b.prio), PriorityDuration: b.prioDur}
+	e.Chunk = int(b.index)
+	e.Chunks = int(b.chunks)
+	e.ContextTokens = int64(b.index) * int64(c.blockTokens)
+	if l := c.sliceLayer[c.sliceOf(u)]; l >= 0 {
+		e.Layer = int(l)
+		e.Layers = c.kvLayers
+	}
+	return e
+}

@@ -1,0 +1,151 @@
+package kvcache
+
+import "fmt"
+
+// checkInvariants verifies the cache's internal accounting against a full
+// recount. It is O(size) and exists for tests (the model-based test calls it
+// after every operation); it returns the first violation found.
+func (c *Cache) checkInvariants() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// Pins each unit should have: from sequences' ranges and step pins.
+	want := make(map[UnitID]int32)
+	refs := make(map[int32]int32)
+	for id, s := range c.seqs {
+		if len(s.blocks) != c.numBlocks(len(s.tokens)) {
+			return fmt.Errorf("seq %d: %d blocks for %d tokens", id, len(s.blocks), len(s.tokens))
+		}
+		if s.pinHi != len(s.blocks) {
+			return fmt.Errorf("seq %d: pinHi %d, %d blocks", id, s.pinHi, len(s.blocks))
+		}
+		for i, b := range s.blocks {
+			refs[b]++
+			r := &c.blocks[b]
+			if !r.live {
+				return fmt.Errorf("seq %d block %d: record %d not live", id, i, b)
+			}
+			full := (i+1)*c.blockTokens <= len(s.tokens)
+			if full != (r.node != nil) {
+				return fmt.Errorf("seq %d block %d: full %t but in tree %t", id, i, full, r.node != nil)
+			}
+			if r.node != nil && r.node.Depth() != i+1 {
+				return fmt.Errorf("seq %d block %d: node depth %d", id, i, r.node.Depth())
+			}
+			for p := range c.pools {
+				if i < int(s.pinLo[p]) || i >= s.pinHi {
+					continue
+				}
+				for _, sl := range c.pools[p].slices {
+					want[c.unit(b, sl)]++
+				}
+			}
+		}
+		for l, pins := range s.stepPins {
+			for _, u := range pins {
+				want[u]++
+				found := false
+				for _, b := range s.blocks {
+					found = found || b == c.blockOf(u)
+				}
+				if !found {
+					return fmt.Errorf("seq %d layer %d: step pin on unit %d of a block it does not hold", id, l, u)
+				}
+			}
+		}
+	}
+	type count struct{ used, pinned int }
+	counts := make([][2]count, len(c.pools))
+	live := 0
+	for b := range c.blocks {
+		r := &c.blocks[b]
+		if !r.live {
+			continue
+		}
+		live++
+		if refs[int32(b)] != r.refs {
+			return fmt.Errorf("block %d: refs %d, sequences hold it %d times", b, r.refs, refs[int32(b)])
+		}
+		if r.node == nil && r.refs != 1 {
+			return fmt.Errorf("private block %d has %d refs", b, r.refs)
+		}
+		if r.node != nil && r.node.Value != int32(b) {
+			return fmt.Errorf("block %d: node payload %d", b, r.node.Value)
+		}
+		held := int32(0)
+		for sl := range c.numSlices {
+			u := c.unit(int32(b), sl)
+			p := c.poolOfUnit(u)
+			if c.uPins[u] != want[u] {
+				return fmt.Errorf("unit %d (block %d slice %d): %d pins, want %d", u, b, sl, c.uPins[u], want[u])
+			}
+			switch c.uTier[u] {
+			case Dropped:
+				if c.uSlot[u] != -1 || c.uPins[u] != 0 {
+					return fmt.Errorf("dropped unit %d has slot %d pins %d", u, c.uSlot[u], c.uPins[u])
+				}
+			case GPU, CPU:
+				held++
+				ti := 0
+				if c.uTier[u] == CPU {
+					ti = 1
+					if c.uPins[u] != 0 {
+						return fmt.Errorf("CPU unit %d is pinned", u)
+					}
+				}
+				a := c.arenaOf(c.uTier[u], p)
+				s := c.uSlot[u]
+				if s < 0 || int(s) >= a.capacity() || a.owner[s] != u {
+					return fmt.Errorf("unit %d on %s slot %d, owner there %d", u, c.uTier[u], s, a.owner[s])
+				}
+				counts[p][ti].used++
+				if c.uPins[u] > 0 {
+					counts[p][ti].pinned++
+				}
+			}
+		}
+		if held != r.held {
+			return fmt.Errorf("block %d: held %d, counted %d", b, r.held, held)
+		}
+		if r.refs == 0 && r.held == 0 {
+			return fmt.Errorf("block %d: unreferenced and empty but not collected", b)
+		}
+	}
+	if live+len(c.freeBlocks) != len(c.blocks) {
+		return fmt.Errorf("%d live + %d free block records != %d", live, len(c.freeBlocks), len(c.blocks))
+	}
+	treeNodes := 0
+	for n := range c.tree.All() {
+		treeNodes++
+		if !c.blocks[n.Value].live || c.blocks[n.Value].node != n {
+			return fmt.Errorf("tree node %x: payload %d does not point back", n.Hash(), n.Value)
+		}
+	}
+	for b := range c.blocks {
+		if c.blocks[b].live && c.blocks[b].node != nil {
+			treeNodes--
+		}
+	}
+	if treeNodes != 0 {
+		return fmt.Errorf("tree and block records disagree by %d nodes", treeNodes)
+	}
+	for p := range c.pools {
+		for ti, a := range []*arena{c.gpu[p], c.cpu[p]} {
+			used := a.capacity() - len(a.free)
+			if used != counts[p][ti].used || a.tracked != used || a.policy.Len() != used {
+				return fmt.Errorf("%s pool %d: %d slots used, %d units resident, %d tracked, policy has %d",
+					a.tier, p, used, counts[p][ti].used, a.tracked, a.policy.Len())
+			}
+			if a.pinned != counts[p][ti].pinned {
+				return fmt.Errorf("%s pool %d: %d pinned counted, %d units pinned", a.tier, p, a.pinned, counts[p][ti].pinned)
+			}
+			seen := make(map[int32]bool, len(a.free))
+			for _, s := range a.free {
+				if seen[s] || a.owner[s] != noUnit {
+					return fmt.Errorf("%s pool %d: free slot %d duplicated or owned", a.tier, p, s)
+				}
+				seen[s] = true
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,177 @@
+package kvcache
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+
+	"github.com/kvtier/kvtier/costmodel"
+	"github.com/kvtier/kvtier/eviction"
+	"github.com/kvtier/kvtier/layout"
+)
+
+// Capacity is the size of one tier, in units or in bytes: set exactly one of
+// the two fields (both zero means no capacity, allowed only for the CPU
+// tier).
+//
+// A tier keeps one slot arena per layout pool (layers that differ in window
+// size, or in unit size under AllLayers, have separate arenas so that every
+// slot of an arena has one size). The capacity is split across pools in
+// proportion to what one token block needs in each:
+//
+//   - Units: pool p gets floor(Units × UnitsPerBlock_p / Σ UnitsPerBlock) slots;
+//   - Bytes: pool p gets floor(Bytes × w_p / Σ w / UnitBytes_p) slots, where
+//     w_p = UnitBytes_p × UnitsPerBlock_p is the pool's bytes per token block.
+//
+// So a tier sized for N whole token blocks holds N blocks in every pool.
+// Windowed pools need fewer blocks per sequence than full-attention ones, so
+// this split favours full attention over windows; size the capacity with
+// that in mind.
+type Capacity struct {
+	// Units is the number of unit slots over all pools.
+	Units int64
+	// Bytes is the memory over all pools.
+	Bytes int64
+}
+
+// PoolInfo describes one (tier, pool) arena to a PolicyFactory.
+type PoolInfo struct {
+	// Tier is GPU or CPU.
+	Tier Tier
+	// Pool is the layout pool index.
+	Pool int
+	// Slots is the number of unit slots of the arena.
+	Slots int
+	// UnitBytes is the size of every unit in the arena.
+	UnitBytes int64
+	// Clock is the cache's clock (Config.Clock), for policies that read
+	// time.
+	Clock eviction.Clock
+}
+
+// PolicyFactory builds the eviction policy of one (tier, pool) arena. The
+// cache calls it once per arena in New.
+//
+// A factory rather than a policy value because the cache needs several
+// independent policies (one per tier and pool: a policy orders the keys of
+// one arena only, and policies are stateful and not goroutine-safe, so one
+// value cannot be shared), and because some policies need the arena's size
+// (S3-FIFO sizes its queues from the capacity) which only the cache knows
+// after splitting the tier capacity.
+//
+// The cache relies on one property beyond eviction.Policy: a policy that has
+// just released a key (Evict or Remove) accepts the Insert of another one.
+// Rolling back a failed operation re-inserts its victims, and adopting a
+// cached block swaps one key for another; a policy that refuses then makes
+// the cache panic rather than corrupt its accounting. Every policy in
+// package eviction has the property. The cache inserts keys with
+// eviction.Entry.Size 1: capacity is counted in slots, every slot of an arena
+// has the same size.
+type PolicyFactory func(PoolInfo) (eviction.Policy[UnitID], error)
+
+// LRUFactory is the default PolicyFactory: an eviction.LRU per arena.
+func LRUFactory(PoolInfo) (eviction.Policy[UnitID], error) {
+	return eviction.NewLRU[UnitID](), nil
+}
+
+// EventSink receives the cache's events, in the order they happened. It is
+// called without the cache's lock held (see Cache), from whichever goroutine
+// is delivering; it may call the cache.
+type EventSink func(Event)
+
+// Config describes a Cache. Layout and GPU are required; every other field
+// has a default.
+type Config struct {
+	// Layout is the model geometry and unit kind. Its TokensPerUnit is the
+	// cache's block size (tokens per token block).
+	Layout *layout.Layout
+	// GPU is the capacity of the primary tier. It must be positive and give
+	// every pool at least one slot.
+	GPU Capacity
+	// CPU is the capacity of the offload tier; zero means no CPU tier
+	// (every GPU victim is dropped).
+	CPU Capacity
+	// GPUPolicy and CPUPolicy build the eviction policy of each arena of
+	// their tier. Nil means LRUFactory.
+	GPUPolicy, CPUPolicy PolicyFactory
+	// CostModel decides, for each GPU victim, whether it is offloaded to
+	// CPU (transfer cheaper than recompute) or dropped. Nil means always
+	// offload when the CPU tier has or can make room.
+	CostModel *costmodel.Model
+	// Clock is handed to policy factories. Nil means a new
+	// eviction.SystemClock.
+	Clock eviction.Clock
+	// Mover executes the copies the cache plans. Nil means metadata only:
+	// copies are planned, counted and reported, no bytes move (simulations).
+	Mover Mover
+	// Events, when not nil, receives every event. With no sink no event is
+	// built.
+	Events EventSink
+	// HashSeed seeds the chain hash of token blocks (radix.Hasher). Caches
+	// whose events are compared by a router should share it.
+	HashSeed uint64
+}
+
+// poolGeom is what the cache keeps of a layout pool.
+type poolGeom struct {
+	unitBytes     int64
+	window        int
+	unitsPerBlock int
+	slices        []int
+}
+
+// splitCapacity returns the slots of each pool for capacity c, or an error
+// naming the tier.
+func splitCapacity(name string, c Capacity, pools []layout.Pool) ([]int, error) {
+	if c.Units < 0 || c.Bytes < 0 {
+		return nil, fmt.Errorf("%w: %s capacity (units %d, bytes %d) must not be negative", ErrInvalidConfig, name, c.Units, c.Bytes)
+	}
+	if c.Units > 0 && c.Bytes > 0 {
+		return nil, fmt.Errorf("%w: %s capacity sets both units (%d) and bytes (%d); set one", ErrInvalidConfig, name, c.Units, c.Bytes)
+	}
+	out := make([]int, len(pools))
+	if c.Units == 0 && c.Bytes == 0 {
+		return out, nil
+	}
+	var total uint64
+	for _, p := range pools {
+		if c.Units > 0 {
+			total += uint64(p.UnitsPerBlock)
+		} else {
+			hi, lo := bits.Mul64(uint64(p.UnitBytes), uint64(p.UnitsPerBlock))
+			if hi != 0 || total+lo < total {
+				return nil, fmt.Errorf("%w: %s pool %d bytes per block overflow", ErrInvalidConfig, name, p.Index)
+			}
+			total += lo
+		}
+	}
+	for i, p := range pools {
+		var slots uint64
+		if c.Units > 0 {
+			hi, lo := bits.Mul64(uint64(c.Units), uint64(p.UnitsPerBlock))
+			slots, _ = bits.Div64(hi, lo, total)
+		} else {
+			w := uint64(p.UnitBytes) * uint64(p.UnitsPerBlock) // checked above
+			hi, lo := bits.Mul64(uint64(c.Bytes), w)
+			share, _ := bits.Div64(hi, lo, total) // share <= Bytes, no overflow
+			slots = share / uint64(p.UnitBytes)
+		}
+		if slots > math.MaxInt32-1 {
+			return nil, fmt.Errorf("%w: %s pool %d would have %d slots, more than %d", ErrInvalidConfig, name, p.Index, slots, math.MaxInt32-1)
+		}
+		out[i] = int(slots)
+	}
+	return out, nil
+}
+
+// PoolSlots returns the number of slots each layout pool of l gets in a tier
+// of capacity c: what a Cache built with that capacity allocates, and what a
+// Mover's memory must hold. It returns an error wrapping ErrInvalidConfig for
+// a negative capacity, both fields set, or a pool too large for int32 slot
+// ids.
+func PoolSlots(l *layout.Layout, c Capacity) ([]int, error) {
+	if l == nil || l.UnitsPerBlock() == 0 {
+		return nil, fmt.Errorf("%w: Layout is nil or not built by layout.New", ErrInvalidConfig)
+	}
+	return splitCapacity("tier", c, l.Pools())
+}

@@ -1,0 +1,37 @@
+package kvcache
+
+import "errors"
+
+// Errors returned by this package. Every returned error wraps exactly one of
+// them (test with errors.Is) and names the offending value. An operation that
+// returns an error has changed nothing: no pin, slot, unit or sequence is
+// left half-done.
+var (
+	// ErrInvalidConfig reports a Config that New cannot use: a missing
+	// layout, a bad capacity, a policy factory that failed, an invalid cost
+	// model.
+	ErrInvalidConfig = errors.New("kvcache: invalid config")
+	// ErrInvalidRequest reports a malformed request: priorities outside
+	// 0..100, bad priority ranges, unsorted extra keys, a malformed sparse
+	// selection, or an operation the sequence's mode does not allow.
+	ErrInvalidRequest = errors.New("kvcache: invalid request")
+	// ErrUnknownSequence reports a sequence id that was never returned by
+	// Acquire or Fork, or was already released.
+	ErrUnknownSequence = errors.New("kvcache: unknown sequence")
+	// ErrOutOfRange reports an index or count outside its range: truncating
+	// more tokens than a sequence holds, a layer, slice, head or block that
+	// does not exist.
+	ErrOutOfRange = errors.New("kvcache: out of range")
+	// ErrNoSpace reports that the GPU tier cannot supply the slots an
+	// operation needs because every other unit is pinned.
+	ErrNoSpace = errors.New("kvcache: no space")
+	// ErrCopyFailed wraps the error a Mover returned; the operation was
+	// rolled back.
+	ErrCopyFailed = errors.New("kvcache: copy failed")
+	// ErrBusy reports an operation that needs the cache idle (Clear) while
+	// sequences are still live.
+	ErrBusy = errors.New("kvcache: sequences still live")
+	// ErrInvalidCopy reports a Copy that a MemoryStore cannot perform: a bad
+	// tier, pool or slot.
+	ErrInvalidCopy = errors.New("kvcache: invalid copy")
+)

@@ -1,0 +1,87 @@
+package kvcache
+
+// A tree node (and its block record) is forgotten when none of its units
+// holds bytes, no sequence references it and it has no children: then a
+// later request can learn nothing from it. Removing a leaf can make its
+// parent such a node, so collection walks up the chain.
+
+// collectPending collects the blocks queued by dropUnit.
+func (c *Cache) collectPending() {
+	for len(c.gcQueue) > 0 {
+		b := c.gcQueue[len(c.gcQueue)-1]
+		c.gcQueue = c.gcQueue[:len(c.gcQueue)-1]
+		c.collect(b)
+	}
+}
+
+// collect forgets block b if nothing needs it, then its ancestors.
+func (c *Cache) collect(b int32) {
+	for {
+		r := &c.blocks[b]
+		if !r.live || r.refs > 0 || r.held > 0 {
+			return
+		}
+		if r.node == nil {
+			c.freeBlock(b)
+			return
+		}
+		if !r.node.IsLeaf() {
+			return
+		}
+		parent := r.node.Parent()
+		c.emitBlock(BlockRemoved, b)
+		if err := c.tree.Remove(r.node); err != nil {
+			// Unreachable: the node is a live leaf of this tree.
+			return
+		}
+		c.st.removed++
+		c.freeBlock(b)
+		if parent == nil {
+			return
+		}
+		b = parent.Value
+	}
+}
+
+// discardPrivate frees a private block that no sequence holds any more: its
+// units leave their tiers (a partial block is not reusable).
+func (c *Cache) discardPrivate(b int32) {
+	for sl := range c.numSlices {
+		u := c.unit(b, sl)
+		c.freeUnit(u)
+	}
+	c.freeBlock(b)
+}
+
+// freeUnit releases u's slot, if any, and marks it dropped without a drop
+// event: the unit was never reusable or is being forgotten.
+func (c *Cache) freeUnit(u UnitID) {
+	t := c.uTier[u]
+	if t == Dropped {
+		return
+	}
+	a := c.arenaOf(t, c.poolOfUnit(u))
+	a.remove(u, t == GPU && c.uPins[u] > 0)
+	a.push(c.uSlot[u])
+	c.uTier[u] = Dropped
+	c.uSlot[u] = -1
+	c.uPins[u] = 0
+	c.blocks[c.blockOf(u)].held--
+}
+
+// unref removes one sequence reference from block b and collects it when
+// it was the last and the block is private or holds nothing.
+func (c *Cache) unref(b int32) {
+	r := &c.blocks[b]
+	r.refs--
+	if r.refs > 0 {
+		return
+	}
+	if r.node == nil {
+		c.discardPrivate(b)
+		return
+	}
+	if r.held == 0 {
+		c.collect(b)
+	}
+}

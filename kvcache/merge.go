@@ -1,0 +1,71 @@
+package kvcache
+
+import (
+	"fmt"
+
+	"github.com/kvtier/kvtier/radix"
+)
+
+// mergeBlock makes sequence s use the cached node n for its block i, whose
+// tokens (and keys) equal n's: s filled a private block while another
+// sequence committed the same block first. Unit by unit, the copy that is
+// on the GPU wins: if n's unit is on the GPU, s's slot is freed and s pins
+// n's unit; otherwise s's slot becomes n's unit (a CPU copy of n's unit is
+// freed, a dropped one is restored). The KV of equal prefixes is equal, so
+// either copy serves. s's private block is then forgotten.
+func (c *Cache) mergeBlock(s *sequence, i int, n *radix.Node[int32]) {
+	b, e := s.blocks[i], n.Value
+	for sl := range c.numSlices {
+		u, x := c.unit(b, sl), c.unit(e, sl)
+		if c.uTier[u] != GPU {
+			// s does not pin this unit (outside its window): n's unit
+			// stays as it is.
+			continue
+		}
+		p := c.poolOfUnit(u)
+		ga := c.gpu[p]
+		pins, slot := c.uPins[u], c.uSlot[u]
+		ga.remove(u, pins > 0)
+		c.uTier[u], c.uSlot[u], c.uPins[u] = Dropped, -1, 0
+		c.blocks[b].held--
+		switch c.uTier[x] {
+		case GPU:
+			ga.push(slot)
+			for range pins {
+				c.pinUnit(x)
+			}
+			continue
+		case CPU:
+			ca := c.cpu[p]
+			ca.remove(x, false)
+			ca.push(c.uSlot[x])
+			c.emitTier(x, CPU, GPU)
+		case Dropped:
+			c.blocks[e].held++
+			c.emitTier(x, Dropped, GPU)
+		}
+		ga.owner[slot] = x
+		c.mustInsert(ga, x, pins > 0)
+		c.uTier[x], c.uSlot[x], c.uPins[x] = GPU, slot, pins
+	}
+	for l, pins := range s.stepPins {
+		for j, u := range pins {
+			if c.blockOf(u) == b {
+				s.stepPins[l][j] = c.unit(e, c.sliceOf(u))
+			}
+		}
+	}
+	c.blocks[e].refs++
+	c.freeBlock(b)
+	s.blocks[i] = e
+}
+
+// mustInsert inserts u into a, where a key was just removed or evicted. A
+// policy that refuses a new key right after releasing one breaks the
+// contract the cache relies on (see PolicyFactory), and the cache cannot
+// continue without corrupting its accounting.
+func (c *Cache) mustInsert(a *arena, u UnitID, pinned bool) {
+	if err := a.insert(u, c.entryOf(u), pinned); err != nil {
+		panic(fmt.Sprintf("kvcache: %s policy of pool %d refused a key right after releasing one: %v", a.tier, a.pool, err))
+	}
+}

@@ -1,0 +1,32 @@
+package kvcache
+
+// Copy is one unit copy between two slots of the same pool: from slot
+// FromSlot of tier From to slot ToSlot of tier To. GPU to CPU is an offload,
+// CPU to GPU an onboard, GPU to GPU (or CPU to GPU) a copy-on-write copy.
+type Copy struct {
+	Pool     int
+	From     Tier
+	FromSlot int32
+	To       Tier
+	ToSlot   int32
+}
+
+// Mover executes the copies the cache plans. The server supplies one over
+// its device memory (for example cudaMemcpyAsync on one stream); MemoryStore
+// is one over Go byte slices.
+//
+// Contract:
+//   - Copy performs the batch in order, or as if in order: a later copy may
+//     overwrite a slot an earlier copy of the same batch read (a victim's
+//     slot is reused after its offload). Copies may complete asynchronously
+//     as long as every later use of the slots (the next batch, a kernel)
+//     is ordered after them, as on a single CUDA stream.
+//   - Copy is all or nothing: when it returns an error it must have written
+//     no destination slot (validate before copying). The cache then rolls
+//     the operation back and the sources, which it still considers valid,
+//     must be intact.
+//   - The cache calls Copy with its lock held and never concurrently; the
+//     batch slice is only valid during the call.
+type Mover interface {
+	Copy(batch []Copy) error
+}

@@ -1,0 +1,124 @@
+package kvcache
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/kvtier/kvtier/eviction"
+	"github.com/kvtier/kvtier/radix"
+)
+
+// Request describes a sequence to Acquire: its prompt and what decides
+// whether it may share KV with others.
+type Request struct {
+	// Tokens is the prompt. It may be empty (a sequence that starts empty
+	// and grows by Append). The cache copies it.
+	Tokens []uint32
+	// Namespace isolates tenants (vLLM's cache_salt): sequences in
+	// different namespaces never share a unit.
+	Namespace string
+	// LoRA names the adapter the KV is computed with; empty for the base
+	// model. Sequences with different LoRA never share a unit.
+	LoRA string
+	// Extra holds other keys the KV depends on (multimodal item hashes),
+	// sorted by position; see radix.ExtraKey. The cache copies it.
+	Extra []radix.ExtraKey
+	// Priorities sets the retention priority of the sequence's blocks; nil
+	// means eviction.DefaultPriority for every block, with no time limit.
+	Priorities *Priorities
+	// Sparse marks a block-sparse (BSA, MoBA) sequence: it keeps its blocks
+	// referenced but pins on the GPU only the blocks its last Append wrote;
+	// SparseAccess brings the blocks a step selects onto the GPU. Acquire of
+	// a sparse request takes only the cached prefix (see Plan.Pending).
+	Sparse bool
+}
+
+// Priorities are retention priorities for a sequence's blocks, in the manner
+// of TensorRT-LLM's KV-cache retention config. A unit is inserted into a
+// tier's policy with the priority of its block: the highest priority among
+// the Ranges that overlap the block's tokens, or Default when none does.
+// Priority-aware policies (eviction.PrioritizedLRU) use it; others ignore it.
+type Priorities struct {
+	// Default is the priority of blocks outside every range, decode blocks
+	// included, in [eviction.MinPriority, eviction.MaxPriority].
+	Default int
+	// DefaultDuration limits how long Default holds once a unit is
+	// evictable; 0 means forever.
+	DefaultDuration time.Duration
+	// Ranges give token ranges their own priority.
+	Ranges []PriorityRange
+}
+
+// PriorityRange is a priority for the blocks overlapping tokens [Start, End).
+type PriorityRange struct {
+	Start, End int
+	Priority   int
+	Duration   time.Duration
+}
+
+// validate checks p, naming the bad field.
+func (p *Priorities) validate() error {
+	if p == nil {
+		return nil
+	}
+	if p.Default < eviction.MinPriority || p.Default > eviction.MaxPriority {
+		return fmt.Errorf("%w: priority %d outside [%d, %d]", ErrInvalidRequest, p.Default, eviction.MinPriority, eviction.MaxPriority)
+	}
+	if p.DefaultDuration < 0 {
+		return fmt.Errorf("%w: priority duration %v is negative", ErrInvalidRequest, p.DefaultDuration)
+	}
+	for i, r := range p.Ranges {
+		switch {
+		case r.Start < 0 || r.End <= r.Start:
+			return fmt.Errorf("%w: priority range %d [%d, %d) is empty or negative", ErrInvalidRequest, i, r.Start, r.End)
+		case r.Priority < eviction.MinPriority || r.Priority > eviction.MaxPriority:
+			return fmt.Errorf("%w: priority range %d has priority %d outside [%d, %d]", ErrInvalidRequest, i, r.Priority, eviction.MinPriority, eviction.MaxPriority)
+		case r.Duration < 0:
+			return fmt.Errorf("%w: priority range %d has negative duration %v", ErrInvalidRequest, i, r.Duration)
+		}
+	}
+	return nil
+}
+
+// sequence is one live request.
+type sequence struct {
+	id     SeqID
+	keys   radix.Keys
+	extra  []radix.ExtraKey
+	tokens []uint32
+	blocks []int32
+	sparse bool
+	prio   *Priorities
+	// The sequence pins, in pool p, the units of blocks[pinLo[p]:pinHi]
+	// (pinHi is the block count). Dense: pinLo is the first block inside
+	// the pool's window as seen from token writeFrom. Sparse: the block of
+	// token writeFrom, so only the blocks the last Append wrote.
+	pinLo []int32
+	pinHi int
+	// writeFrom is the first token the last Acquire or Append wrote (0
+	// after a dense Acquire: the prefill may read every prompt block).
+	writeFrom int
+	// stepPins holds, per model layer, the units the last SparseAccess of
+	// that layer pinned.
+	stepPins [][]UnitID
+}
+
+// priority returns the priority and duration of block i of s.
+func (c *Cache) priority(s *sequence, i int) (int, time.Duration) {
+	p := s.prio
+	if p == nil {
+		return eviction.DefaultPriority, 0
+	}
+	lo, hi := i*c.blockTokens, (i+1)*c.blockTokens
+	prio, dur, found := p.Default, p.DefaultDuration, false
+	for _, r := range p.Ranges {
+		if r.Start < hi && r.End > lo && (!found || r.Priority > prio) {
+			prio, dur, found = r.Priority, r.Duration, true
+		}
+	}
+	return prio, dur
+}
+
+// numBlocks returns the blocks that n tokens occupy.
+func (c *Cache) numBlocks(n int) int { return (n + c.blockTokens - 1) / c.blockTokens }
+

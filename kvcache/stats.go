@@ -1,0 +1,91 @@
+package kvcache
+
+// counters are the cache-wide statistics kept under the lock.
+type counters struct {
+	offloads, onboards, copies uint64
+	bytesMoved                 int64
+	recomputed                 int64
+	stored, removed            uint64
+}
+
+// TierStats describes one tier, summed over its pools. Slots are unit slots:
+// Capacity = Free + Pinned + Cached.
+type TierStats struct {
+	// Capacity, Free, Pinned and Cached count slots: all of them, the free
+	// ones, those holding a pinned unit and those holding an evictable
+	// cached unit.
+	Capacity, Free, Pinned, Cached int64
+	// CapacityBytes, FreeBytes, PinnedBytes and CachedBytes are the same in
+	// bytes.
+	CapacityBytes, FreeBytes, PinnedBytes, CachedBytes int64
+	// Hits and Misses count unit lookups. GPU: a unit a sequence needed was
+	// on the GPU, or not. CPU: a unit missing from the GPU was on the CPU,
+	// or not (dropped or never cached).
+	Hits, Misses uint64
+	// Evictions counts the victims the tier's policies chose; Drops those
+	// of them that were dropped (a GPU victim can instead be offloaded).
+	Evictions, Drops uint64
+}
+
+// HitRate returns Hits / (Hits + Misses), or 0 before any lookup.
+func (t TierStats) HitRate() float64 {
+	if t.Hits+t.Misses == 0 {
+		return 0
+	}
+	return float64(t.Hits) / float64(t.Hits+t.Misses)
+}
+
+// Stats is a snapshot of the cache's counters.
+type Stats struct {
+	GPU, CPU TierStats
+	// Offloads and Onboards count units moved GPU->CPU and CPU->GPU;
+	// Copies counts copy-on-write unit copies.
+	Offloads, Onboards, Copies uint64
+	// BytesMoved is the bytes of every offload, onboard and copy.
+	BytesMoved int64
+	// RecomputedTokens counts tokens of cached blocks that requests had to
+	// recompute because a unit was dropped.
+	RecomputedTokens int64
+	// Stored and Removed count blocks committed to and removed from the
+	// prefix tree; Blocks is how many it holds now.
+	Stored, Removed uint64
+	Blocks          int
+	// Sequences is the number of live sequences.
+	Sequences int
+}
+
+// Stats returns a snapshot of the counters. It takes the lock for a time
+// proportional to the number of pools, not to the cache's size.
+func (c *Cache) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := Stats{
+		Offloads: c.st.offloads, Onboards: c.st.onboards, Copies: c.st.copies,
+		BytesMoved: c.st.bytesMoved, RecomputedTokens: c.st.recomputed,
+		Stored: c.st.stored, Removed: c.st.removed, Blocks: c.tree.Len(),
+		Sequences: len(c.seqs),
+	}
+	for p := range c.pools {
+		addArena(&s.GPU, c.gpu[p], c.pools[p].unitBytes)
+		addArena(&s.CPU, c.cpu[p], c.pools[p].unitBytes)
+	}
+	return s
+}
+
+func addArena(t *TierStats, a *arena, unit int64) {
+	capacity, free := int64(a.capacity()), int64(len(a.free))
+	pinned := int64(a.pinned)
+	cached := int64(a.tracked - a.pinned)
+	t.Capacity += capacity
+	t.Free += free
+	t.Pinned += pinned
+	t.Cached += cached
+	t.CapacityBytes += capacity * unit
+	t.FreeBytes += free * unit
+	t.PinnedBytes += pinned * unit
+	t.CachedBytes += cached * unit
+	t.Hits += a.hits
+	t.Misses += a.misses
+	t.Evictions += a.evictions
+	t.Drops += a.drops
+}

@@ -1,0 +1,94 @@
+package kvcache
+
+import "fmt"
+
+// BlockTable appends to dst the block table of sequence id for slice s: one
+// GPU slot id (in the slice's pool) per logical block of the sequence, or -1
+// for a block whose unit is not on the GPU (a sparse sequence's unselected
+// blocks, a windowed layer's blocks out of the window). It is the form an
+// attention kernel takes. With enough room in dst it allocates nothing.
+//
+// It returns dst unchanged and an error wrapping ErrUnknownSequence or
+// ErrOutOfRange (bad slice).
+func (c *Cache) BlockTable(dst []int32, id SeqID, s int) ([]int32, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q, ok := c.seqs[id]
+	if !ok {
+		return dst, fmt.Errorf("%w: %d", ErrUnknownSequence, id)
+	}
+	if s < 0 || s >= c.numSlices {
+		return dst, fmt.Errorf("%w: slice %d not in [0, %d)", ErrOutOfRange, s, c.numSlices)
+	}
+	for _, b := range q.blocks {
+		u := c.unit(b, s)
+		if c.uTier[u] == GPU {
+			dst = append(dst, c.uSlot[u])
+		} else {
+			dst = append(dst, -1)
+		}
+	}
+	return dst, nil
+}
+
+// UnitLocation is where one unit of a sequence is.
+type UnitLocation struct {
+	// Tier is GPU, CPU or Dropped.
+	Tier Tier
+	// Pool is the slice's pool.
+	Pool int
+	// Slot is the slot in (Tier, Pool), -1 when dropped.
+	Slot int32
+	// Pinned reports whether some sequence pins the unit.
+	Pinned bool
+	// Shared reports whether another sequence holds the block too, or the
+	// block is in the prefix tree (reusable by others).
+	Shared bool
+}
+
+// Locate returns where unit (block, slice) of sequence id is. It returns an
+// error wrapping ErrUnknownSequence or ErrOutOfRange.
+func (c *Cache) Locate(id SeqID, block, slice int) (UnitLocation, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q, ok := c.seqs[id]
+	if !ok {
+		return UnitLocation{}, fmt.Errorf("%w: %d", ErrUnknownSequence, id)
+	}
+	if block < 0 || block >= len(q.blocks) {
+		return UnitLocation{}, fmt.Errorf("%w: block %d not in [0, %d)", ErrOutOfRange, block, len(q.blocks))
+	}
+	if slice < 0 || slice >= c.numSlices {
+		return UnitLocation{}, fmt.Errorf("%w: slice %d not in [0, %d)", ErrOutOfRange, slice, c.numSlices)
+	}
+	b := q.blocks[block]
+	u := c.unit(b, slice)
+	r := &c.blocks[b]
+	return UnitLocation{Tier: c.uTier[u], Pool: int(c.slicePool[slice]), Slot: c.uSlot[u],
+		Pinned: c.uPins[u] > 0, Shared: r.node != nil || r.refs > 1}, nil
+}
+
+// SequenceTokens appends the tokens of sequence id to dst. It returns dst
+// unchanged and an error wrapping ErrUnknownSequence for an id that is not
+// live.
+func (c *Cache) SequenceTokens(dst []uint32, id SeqID) ([]uint32, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q, ok := c.seqs[id]
+	if !ok {
+		return dst, fmt.Errorf("%w: %d", ErrUnknownSequence, id)
+	}
+	return append(dst, q.tokens...), nil
+}
+
+// Len returns the number of tokens of sequence id. It returns an error
+// wrapping ErrUnknownSequence for an id that is not live.
+func (c *Cache) Len(id SeqID) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q, ok := c.seqs[id]
+	if !ok {
+		return 0, fmt.Errorf("%w: %d", ErrUnknownSequence, id)
+	}
+	return len(q.tokens), nil
+}

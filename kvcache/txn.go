@@ -1,0 +1,417 @@
+package kvcache
+
+import (
+	"fmt"
+
+	"github.com/kvtier/kvtier/costmodel"
+)
+
+// An operation that changes which units are pinned or resident runs as a
+// transaction over the cache's state:
+//
+//  1. unpin the units the operation releases (so they can be evicted);
+//  2. pin what it needs: GPU hits are pinned, CPU units to onboard and the
+//     sources of copy-on-write copies are pinned in their arenas so that no
+//     eviction of this operation can pick them;
+//  3. check that every GPU pool can supply the slots needed (free slots
+//     plus evictable units), else roll back and fail with ErrNoSpace;
+//  4. take the slots, evicting victims (offloaded to the CPU when the CPU
+//     arena has or can make room and the cost model agrees, dropped
+//     otherwise; CPU victims are dropped), and plan one batch of copies:
+//     each victim's offload before the copy that reuses its slot;
+//  5. hand the batch to the Mover; on error roll every step back;
+//  6. commit: units change tier, victims leave, events and stats.
+//
+// Every change before the commit is logged, and rollback undoes the log in
+// reverse, so a failed operation leaves every unit, slot and pin where it
+// was. The only trace a rollback leaves is in the policies' order: victims
+// are re-inserted (as if new) and pins undone with Unpin, which recency
+// policies treat as a use.
+
+type action uint8
+
+const (
+	actHit     action = iota // the unit is on the GPU: pin it
+	actOnboard               // the unit is on the CPU: move it to the GPU
+	actFresh                 // the unit gets a GPU slot the server fills
+	actCopy                  // the unit gets a GPU slot filled from src (copy-on-write)
+)
+
+// need is one unit an operation wants pinned on the GPU.
+type need struct {
+	u    UnitID
+	act  action
+	src  UnitID // actCopy: the unit copied
+	slot int32  // the GPU slot, once allocated (actHit: its current slot)
+}
+
+type undoKind uint8
+
+const (
+	undoPin    undoKind = iota // a GPU pin was added to u
+	undoUnpin                  // a GPU pin was removed from u
+	undoCPUPin                 // u was pinned in its CPU arena
+	undoSlot                   // a slot was taken: from the free list (u == noUnit) or from victim u
+	undoInsert                 // u was inserted, pinned, into an arena
+)
+
+type undoRec struct {
+	kind undoKind
+	tier Tier
+	pool int32
+	slot int32
+	u    UnitID
+}
+
+// victim is a unit evicted by the running transaction.
+type victim struct {
+	u    UnitID
+	pool int32
+	slot int32 // the slot it leaves
+	to   int32 // GPU victims: the CPU slot it is offloaded to, -1 if dropped
+}
+
+// txn is the scratch state of the running transaction, reused across
+// operations so that steady-state operations do not allocate.
+type txn struct {
+	undo       []undoRec
+	needs      []need
+	unpins     []UnitID
+	batch      []Copy
+	gpuVictims []victim
+	cpuVictims []victim
+	tempGPU    []UnitID
+	tempCPU    []UnitID
+	perPool    []int
+}
+
+func (t *txn) reset() {
+	t.undo = t.undo[:0]
+	t.needs = t.needs[:0]
+	t.unpins = t.unpins[:0]
+	t.batch = t.batch[:0]
+	t.gpuVictims = t.gpuVictims[:0]
+	t.cpuVictims = t.cpuVictims[:0]
+	t.tempGPU = t.tempGPU[:0]
+	t.tempCPU = t.tempCPU[:0]
+}
+
+func (t *txn) log(k undoKind, tier Tier, pool int, slot int32, u UnitID) {
+	t.undo = append(t.undo, undoRec{kind: k, tier: tier, pool: int32(pool), slot: slot, u: u})
+}
+
+// pinUnit adds a pin to u, which is on the GPU.
+func (c *Cache) pinUnit(u UnitID) {
+	c.uPins[u]++
+	if c.uPins[u] == 1 {
+		c.gpu[c.poolOfUnit(u)].pin(u)
+	}
+}
+
+// unpinUnit removes a pin from u, which is on the GPU.
+func (c *Cache) unpinUnit(u UnitID) {
+	c.uPins[u]--
+	if c.uPins[u] == 0 {
+		c.gpu[c.poolOfUnit(u)].unpin(u)
+	}
+}
+
+// classify returns the action that pins u on the GPU given its tier.
+func (c *Cache) classify(u UnitID) action {
+	switch c.uTier[u] {
+	case GPU:
+		return actHit
+	case CPU:
+		return actOnboard
+	}
+	return actFresh
+}
+
+// addNeed queues u to be pinned on the GPU.
+func (c *Cache) addNeed(u UnitID) action {
+	a := c.classify(u)
+	c.tx.needs = append(c.tx.needs, need{u: u, act: a, slot: c.uSlot[u]})
+	return a
+}
+
+// addCopyNeed queues u (with no bytes) to get a GPU slot filled from src;
+// when src has no bytes either, u is fresh (to compute).
+func (c *Cache) addCopyNeed(u, src UnitID) action {
+	if c.uTier[src] == Dropped {
+		c.tx.needs = append(c.tx.needs, need{u: u, act: actFresh})
+		return actFresh
+	}
+	c.tx.needs = append(c.tx.needs, need{u: u, act: actCopy, src: src})
+	return actCopy
+}
+
+// runTxn executes the queued unpins and needs (see the comment at the top of
+// this file). On error the cache is as before the call.
+func (c *Cache) runTxn() error {
+	t := &c.tx
+	t.undo = t.undo[:0]
+	for _, u := range t.unpins {
+		c.unpinUnit(u)
+		t.log(undoUnpin, GPU, 0, 0, u)
+	}
+	if cap(t.perPool) < len(c.pools) {
+		t.perPool = make([]int, len(c.pools))
+	}
+	t.perPool = t.perPool[:len(c.pools)]
+	clear(t.perPool)
+	for i := range t.needs {
+		n := &t.needs[i]
+		p := c.poolOfUnit(n.u)
+		switch n.act {
+		case actHit:
+			c.pinUnit(n.u)
+			t.log(undoPin, GPU, p, 0, n.u)
+			continue
+		case actOnboard:
+			c.cpu[p].pin(n.u)
+			t.log(undoCPUPin, CPU, p, 0, n.u)
+		case actCopy:
+			switch c.uTier[n.src] {
+			case GPU:
+				c.pinUnit(n.src)
+				t.log(undoPin, GPU, p, 0, n.src)
+				t.tempGPU = append(t.tempGPU, n.src)
+			case CPU:
+				c.cpu[p].pin(n.src)
+				t.log(undoCPUPin, CPU, p, 0, n.src)
+				t.tempCPU = append(t.tempCPU, n.src)
+			}
+		}
+		t.perPool[p]++
+	}
+	for p, k := range t.perPool {
+		if a := c.gpu[p].available(); k > a {
+			c.rollback()
+			return fmt.Errorf("%w: GPU pool %d needs %d slots, %d free or evictable", ErrNoSpace, p, k, a)
+		}
+	}
+	for i := range t.needs {
+		n := &t.needs[i]
+		if n.act == actHit {
+			continue
+		}
+		p := c.poolOfUnit(n.u)
+		s, err := c.takeGPU(p)
+		if err != nil {
+			c.rollback()
+			return err
+		}
+		n.slot = s
+		a := c.gpu[p]
+		a.owner[s] = n.u
+		if err := a.insert(n.u, c.entryOf(n.u), true); err != nil {
+			c.rollback()
+			return fmt.Errorf("%w: GPU policy of pool %d refused unit %d: %w", ErrInvalidConfig, p, n.u, err)
+		}
+		c.uPins[n.u] = 1
+		t.log(undoInsert, GPU, p, s, n.u)
+		switch n.act {
+		case actOnboard:
+			t.batch = append(t.batch, Copy{Pool: p, From: CPU, FromSlot: c.uSlot[n.u], To: GPU, ToSlot: s})
+		case actCopy:
+			t.batch = append(t.batch, Copy{Pool: p, From: c.uTier[n.src], FromSlot: c.uSlot[n.src], To: GPU, ToSlot: s})
+		}
+	}
+	if len(t.batch) > 0 && c.mover != nil {
+		if err := c.mover.Copy(t.batch); err != nil {
+			c.rollback()
+			return fmt.Errorf("%w: batch of %d copies: %w", ErrCopyFailed, len(t.batch), err)
+		}
+	}
+	c.commit()
+	return nil
+}
+
+// takeGPU returns a GPU slot of pool p, evicting a victim when none is free.
+func (c *Cache) takeGPU(p int) (int32, error) {
+	t := &c.tx
+	a := c.gpu[p]
+	if s, ok := a.pop(); ok {
+		t.log(undoSlot, GPU, p, s, noUnit)
+		return s, nil
+	}
+	v, ok := a.evict()
+	if !ok {
+		// The capacity check makes this unreachable.
+		return 0, fmt.Errorf("%w: GPU pool %d has nothing to evict", ErrNoSpace, p)
+	}
+	s := c.uSlot[v]
+	t.log(undoSlot, GPU, p, s, v)
+	to := int32(-1)
+	if c.shouldOffload(v, p) {
+		if cs, ok := c.takeCPU(p); ok {
+			ca := c.cpu[p]
+			ca.owner[cs] = v
+			if err := ca.insert(v, c.entryOf(v), true); err != nil {
+				// The CPU policy refused the key: drop the victim instead.
+				c.undoLast()
+			} else {
+				t.log(undoInsert, CPU, p, cs, v)
+				t.batch = append(t.batch, Copy{Pool: p, From: GPU, FromSlot: s, To: CPU, ToSlot: cs})
+				to = cs
+			}
+		}
+	}
+	t.gpuVictims = append(t.gpuVictims, victim{u: v, pool: int32(p), slot: s, to: to})
+	return s, nil
+}
+
+// takeCPU returns a CPU slot of pool p, dropping a CPU victim when none is
+// free; ok is false when the arena is full of pinned units or has no slots.
+func (c *Cache) takeCPU(p int) (int32, bool) {
+	t := &c.tx
+	a := c.cpu[p]
+	if s, ok := a.pop(); ok {
+		t.log(undoSlot, CPU, p, s, noUnit)
+		return s, true
+	}
+	v, ok := a.evict()
+	if !ok {
+		return 0, false
+	}
+	s := c.uSlot[v]
+	t.log(undoSlot, CPU, p, s, v)
+	t.cpuVictims = append(t.cpuVictims, victim{u: v, pool: int32(p), slot: s, to: -1})
+	return s, true
+}
+
+// shouldOffload decides whether GPU victim v of pool p goes to the CPU.
+func (c *Cache) shouldOffload(v UnitID, p int) bool {
+	if c.cpu[p].capacity() == 0 {
+		return false
+	}
+	if c.cost == nil {
+		return true
+	}
+	act, err := c.cost.Decide(c.entryOf(v).Unit, c.pools[p].unitBytes)
+	return err == nil && act == costmodel.Offload
+}
+
+// undoLast undoes the most recent log record.
+func (c *Cache) undoLast() {
+	t := &c.tx
+	r := t.undo[len(t.undo)-1]
+	t.undo = t.undo[:len(t.undo)-1]
+	c.undoOne(r)
+}
+
+func (c *Cache) undoOne(r undoRec) {
+	switch r.kind {
+	case undoPin:
+		c.unpinUnit(r.u)
+	case undoUnpin:
+		c.pinUnit(r.u)
+	case undoCPUPin:
+		c.cpu[r.pool].unpin(r.u)
+	case undoInsert:
+		c.arenaOf(r.tier, int(r.pool)).remove(r.u, true)
+		if r.tier == GPU {
+			c.uPins[r.u] = 0
+		}
+	case undoSlot:
+		a := c.arenaOf(r.tier, int(r.pool))
+		if r.u == noUnit {
+			a.push(r.slot)
+			return
+		}
+		// Give the slot back to the victim, which still has its bytes
+		// there: the Mover wrote nothing (see Mover).
+		a.owner[r.slot] = r.u
+		c.mustInsert(a, r.u, false)
+	}
+}
+
+// rollback undoes the running transaction.
+func (c *Cache) rollback() {
+	t := &c.tx
+	for i := len(t.undo) - 1; i >= 0; i-- {
+		c.undoOne(t.undo[i])
+	}
+	t.undo = t.undo[:0]
+	t.batch = t.batch[:0]
+	t.gpuVictims = t.gpuVictims[:0]
+	t.cpuVictims = t.cpuVictims[:0]
+	t.tempGPU = t.tempGPU[:0]
+	t.tempCPU = t.tempCPU[:0]
+	c.collectPending()
+}
+
+// dropUnit marks u as having no bytes; its slot was already released.
+func (c *Cache) dropUnit(u UnitID) {
+	c.uTier[u] = Dropped
+	c.uSlot[u] = -1
+	b := c.blockOf(u)
+	c.blocks[b].held--
+	if c.blocks[b].held == 0 {
+		c.gcQueue = append(c.gcQueue, b)
+	}
+}
+
+// commit applies a successful transaction.
+func (c *Cache) commit() {
+	t := &c.tx
+	for i := range t.gpuVictims {
+		v := &t.gpuVictims[i]
+		a := c.gpu[v.pool]
+		a.evictions++
+		if v.to >= 0 {
+			c.cpu[v.pool].unpin(v.u)
+			c.uTier[v.u] = CPU
+			c.uSlot[v.u] = v.to
+			c.st.offloads++
+			c.st.bytesMoved += c.pools[v.pool].unitBytes
+			c.emitTier(v.u, GPU, CPU)
+		} else {
+			a.drops++
+			c.dropUnit(v.u)
+			c.emitTier(v.u, GPU, Dropped)
+		}
+	}
+	for i := range t.cpuVictims {
+		v := &t.cpuVictims[i]
+		a := c.cpu[v.pool]
+		a.evictions++
+		a.drops++
+		c.dropUnit(v.u)
+		c.emitTier(v.u, CPU, Dropped)
+	}
+	for i := range t.needs {
+		n := &t.needs[i]
+		if n.act == actHit {
+			continue
+		}
+		p := c.poolOfUnit(n.u)
+		switch n.act {
+		case actOnboard:
+			cs := c.uSlot[n.u]
+			c.cpu[p].remove(n.u, true)
+			c.cpu[p].push(cs)
+			c.st.onboards++
+			c.st.bytesMoved += c.pools[p].unitBytes
+			c.emitTier(n.u, CPU, GPU)
+		case actCopy:
+			c.blocks[c.blockOf(n.u)].held++
+			c.st.copies++
+			c.st.bytesMoved += c.pools[p].unitBytes
+		case actFresh:
+			c.blocks[c.blockOf(n.u)].held++
+			c.emitTier(n.u, Dropped, GPU)
+		}
+		c.uTier[n.u] = GPU
+		c.uSlot[n.u] = n.slot
+	}
+	for _, u := range t.tempGPU {
+		c.unpinUnit(u)
+	}
+	for _, u := range t.tempCPU {
+		c.cpu[c.poolOfUnit(u)].unpin(u)
+	}
+	t.undo = t.undo[:0]
+	t.tempGPU = t.tempGPU[:0]
+	t.tempCPU = t.tempCPU[:0]
+}
