@@ -1,9 +1,12 @@
 package radix
 
 import (
+	"encoding/binary"
 	"runtime"
 	"strconv"
 	"testing"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 const (
@@ -200,6 +203,43 @@ func BenchmarkNodeBytes(b *testing.B) {
 				runtime.KeepAlive(tr)
 			}
 			b.ReportMetric(total/float64(b.N), "bytes/node")
+		})
+	}
+}
+
+// BenchmarkXXHashFloor32k is the baseline for BenchmarkHash32k: one
+// xxhash.Sum64 per block over the block's bytes already encoded (77 bytes:
+// parent hash, tag, count, 16 tokens), so it measures xxhash alone.
+// "independent" hashes the blocks without a dependency between them, which
+// lets the CPU overlap them; "chained" writes each hash into the next
+// block's parent field first, the dependency a chain hash cannot avoid.
+func BenchmarkXXHashFloor32k(b *testing.B) {
+	const blocks = benchPrompt / benchBlock
+	encoded := make([][]byte, blocks)
+	for i := range encoded {
+		encoded[i] = make([]byte, 13+4*benchBlock)
+		encoded[i][8] = byte(i)
+	}
+	for _, chained := range []bool{false, true} {
+		name := "independent"
+		if chained {
+			name = "chained"
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			var sink uint64
+			for range b.N {
+				var h uint64
+				for _, e := range encoded {
+					if chained {
+						binary.LittleEndian.PutUint64(e, h)
+					}
+					h = xxhash.Sum64(e)
+					sink += h
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/blocks, "ns/block")
+			runtime.KeepAlive(sink)
 		})
 	}
 }

@@ -136,10 +136,14 @@ func (h *Hasher) hashBlock(enc *encoder, parent uint64, first bool, k Keys, star
 		binary.LittleEndian.PutUint64(b, parent)
 		b[8] = tagTokens
 		binary.LittleEndian.PutUint32(b[9:], uint32(len(tokens)))
+		// Block sizes are even: store two tokens per 8-byte write.
 		tb := b[13:]
+		for ; len(tokens) >= 2; tokens = tokens[2:] {
+			binary.LittleEndian.PutUint64(tb, uint64(tokens[0])|uint64(tokens[1])<<32)
+			tb = tb[8:]
+		}
 		for _, v := range tokens {
 			binary.LittleEndian.PutUint32(tb, v)
-			tb = tb[4:]
 		}
 		return xxhash.Sum64(b) & h.mask
 	}
