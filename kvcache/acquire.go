@@ -43,9 +43,10 @@ func (c *Cache) Acquire(req Request) (Plan, error) {
 		return Plan{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
 	s := &sequence{
-		keys:   keys,
-		extra:  slices.Clone(req.Extra),
-		sparse: req.Sparse,
+		keys:     keys,
+		extra:    slices.Clone(req.Extra),
+		sparse:   req.Sparse,
+		stepPins: make([][]UnitID, c.layers),
 	}
 	if req.Priorities != nil {
 		p := *req.Priorities
@@ -75,7 +76,6 @@ func (c *Cache) acquireSparse(s *sequence, tokens []uint32, nodes []*radix.Node[
 	s.writeFrom = len(s.tokens)
 	s.pinLo = c.wantLo(nil, s)
 	s.pinHi = k
-	s.stepPins = make([][]UnitID, c.layers)
 	c.register(s)
 	return Plan{Seq: s.id, Tokens: len(s.tokens), Pending: len(tokens) - len(s.tokens), ReusedTokens: len(s.tokens)}
 }

@@ -38,6 +38,10 @@ type Cache struct {
 	layers      int
 	queryHeads  int
 	headGroup   int // query heads per stored KV head
+	storedHeads int
+	layerKV     []int32 // model layer -> KV layer
+	sliceFor    []int   // kvLayer*storedHeads + head -> slice
+	sliceHead   []int   // slice -> KV head, -1 when it holds every head
 	pools       []poolGeom
 	gpu, cpu    []*arena // per pool
 
@@ -110,6 +114,7 @@ func New(cfg Config) (*Cache, error) {
 		layers:      m.Layers,
 		queryHeads:  m.QueryHeads,
 		headGroup:   m.QueryHeads / m.StoredHeads(),
+		storedHeads: m.StoredHeads(),
 		mover:       cfg.Mover,
 		sink:        cfg.Events,
 		seqs:        make(map[SeqID]*sequence),
@@ -134,6 +139,29 @@ func New(cfg Config) (*Cache, error) {
 		c.slicePool[i] = int32(s.Pool)
 		c.sliceLayer[i] = int32(s.KVLayer)
 		c.pools[s.Pool].slices = append(c.pools[s.Pool].slices, i)
+	}
+	c.sliceHead = make([]int, c.numSlices)
+	for i := range c.numSlices {
+		s, _ := l.Slice(i)
+		c.sliceHead[i] = s.KVHead
+	}
+	c.layerKV = make([]int32, c.layers)
+	for layer := range c.layers {
+		k, err := m.KVLayerOf(layer)
+		if err != nil {
+			return nil, fmt.Errorf("%w: Layout: %w", ErrInvalidConfig, err)
+		}
+		c.layerKV[layer] = int32(k)
+	}
+	c.sliceFor = make([]int, c.kvLayers*c.storedHeads)
+	for k := range c.kvLayers {
+		for h := range c.storedHeads {
+			s, err := l.SliceOf(k, h)
+			if err != nil {
+				return nil, fmt.Errorf("%w: Layout: %w", ErrInvalidConfig, err)
+			}
+			c.sliceFor[k*c.storedHeads+h] = s
+		}
 	}
 	gpuFactory, cpuFactory := cfg.GPUPolicy, cfg.CPUPolicy
 	if gpuFactory == nil {

@@ -106,7 +106,7 @@ func (c *Cache) checkInvariants() error {
 		if held != r.held {
 			return fmt.Errorf("block %d: held %d, counted %d", b, r.held, held)
 		}
-		if r.refs == 0 && r.held == 0 {
+		if r.refs == 0 && r.held == 0 && (r.node == nil || r.node.IsLeaf()) {
 			return fmt.Errorf("block %d: unreferenced and empty but not collected", b)
 		}
 	}

@@ -121,4 +121,3 @@ func (c *Cache) priority(s *sequence, i int) (int, time.Duration) {
 
 // numBlocks returns the blocks that n tokens occupy.
 func (c *Cache) numBlocks(n int) int { return (n + c.blockTokens - 1) / c.blockTokens }
-

@@ -1,0 +1,670 @@
+package kvcache
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/kvtier/kvtier/costmodel"
+	"github.com/kvtier/kvtier/eviction"
+	"github.com/kvtier/kvtier/layout"
+	"github.com/kvtier/kvtier/radix"
+	"github.com/stretchr/testify/require"
+)
+
+// The model-based test drives a Cache with random operations, plays the
+// server (it writes each computed token's KV into the slots the plans give,
+// as bytes derived from the token's whole prefix, namespace, LoRA, slice and
+// offset), and after every step checks the cache against a simple reference
+// (per sequence: keys and tokens) and the invariants of DESIGN.md:
+//
+//   - the internal accounting (checkInvariants): every slot free, pinned or
+//     cached-evictable, counts adding up, pins equal to what sequences hold;
+//   - every unit with bytes, on either tier, holds exactly the bytes of its
+//     tokens (so bytes survive offload and onboard, and nothing overwrote a
+//     live slot);
+//   - a block is shared only by sequences with equal keys and prefixes;
+//   - a unit pinned before and after an operation did not move;
+//   - a failed operation (injected copy failure, no space, bad input)
+//     changed nothing.
+
+// errInjected is the failure of faultyMover.
+var errInjected = errors.New("injected copy failure")
+
+// faultyMover fails the next batch when armed, having copied nothing.
+type faultyMover struct {
+	inner   Mover
+	armed   bool
+	batches int
+	failed  int
+}
+
+func (f *faultyMover) Copy(b []Copy) error {
+	f.batches++
+	if f.armed {
+		f.armed = false
+		f.failed++
+		return errInjected
+	}
+	return f.inner.Copy(b)
+}
+
+// mix is splitmix64's finalizer.
+func mix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+func hashString(h uint64, s string) uint64 {
+	h = mix(h ^ uint64(len(s)))
+	for i := 0; i < len(s); i++ {
+		h = mix(h ^ uint64(s[i]))
+	}
+	return h
+}
+
+// prefixHashes returns, for each token j, a hash of (keys, tokens[:j+1]).
+func prefixHashes(k radix.Keys, tokens []uint32) []uint64 {
+	h := hashString(hashString(0x1234, k.Namespace), k.LoRA)
+	out := make([]uint64, len(tokens))
+	for j, t := range tokens {
+		h = mix(h ^ uint64(t) ^ 0xabcdef<<32)
+		out[j] = h
+	}
+	return out
+}
+
+// expectedByte is the KV byte at offset o of a unit of slice sl whose token
+// (inside the block) at that offset has prefix hash ph.
+func expectedByte(ph uint64, sl int, o int64) byte {
+	return byte(mix(ph ^ uint64(sl)<<40 ^ uint64(o)))
+}
+
+type modelConfig struct {
+	name    string
+	kind    layout.Kind
+	windows []int
+	gpu     Capacity
+	cpu     Capacity
+	policy  func() PolicyFactory
+	cost    *costmodel.Model
+}
+
+func modelConfigs() []modelConfig {
+	fifo := func() PolicyFactory {
+		return func(PoolInfo) (eviction.Policy[UnitID], error) { return eviction.NewFIFO[UnitID](), nil }
+	}
+	return []modelConfig{
+		{name: "paged-lru", kind: layout.PagedLayer, gpu: Capacity{Units: 30}, cpu: Capacity{Units: 20}},
+		{name: "bsa-lru", kind: layout.BSA, gpu: Capacity{Units: 60}, cpu: Capacity{Units: 40}},
+		{name: "paged-window", kind: layout.PagedLayer, windows: []int{6, 0}, gpu: Capacity{Units: 30}, cpu: Capacity{Units: 16}},
+		{name: "alllayers-nocpu-fifo", kind: layout.AllLayers, gpu: Capacity{Units: 14}, policy: fifo},
+		{name: "bsa-cost", kind: layout.BSA, gpu: Capacity{Units: 60}, cpu: Capacity{Bytes: 40 * 16},
+			cost: &costmodel.Model{Recompute: costmodel.Recompute{Beta: 2e-7}, Link: costmodel.Link{BytesPerSecond: 1e9}}},
+	}
+}
+
+type refSeq struct {
+	keys    radix.Keys
+	tokens  []uint32
+	sparse  bool
+	pending []uint32
+}
+
+type harness struct {
+	t      testing.TB
+	c      *Cache
+	store  *MemoryStore
+	mover  *faultyMover
+	lay    *layout.Layout
+	choose func(n int) int
+	ref    map[SeqID]*refSeq
+	order  []SeqID
+	bases  [][]uint32
+	res    SparseResult
+	events []Event
+	steps  int
+	// counts of what happened, to show the test exercised each path
+	counts map[string]int
+}
+
+func newHarness(t testing.TB, mc modelConfig, choose func(int) int) *harness {
+	m := layout.Model{Name: "tiny", Layers: 2, QueryHeads: 4, KVHeads: 2, HeadDim: 2, ElemBytes: 1, Windows: mc.windows}
+	l, err := layout.New(m, mc.kind, 4)
+	require.NoError(t, err)
+	store, err := NewMemoryStore(l, mc.gpu, mc.cpu)
+	require.NoError(t, err)
+	h := &harness{t: t, store: store, mover: &faultyMover{inner: store}, lay: l, choose: choose,
+		ref: map[SeqID]*refSeq{}, counts: map[string]int{}}
+	cfg := Config{Layout: l, GPU: mc.gpu, CPU: mc.cpu, Mover: h.mover, CostModel: mc.cost,
+		Events: func(e Event) { h.events = append(h.events, e) }}
+	if mc.policy != nil {
+		cfg.GPUPolicy, cfg.CPUPolicy = mc.policy(), mc.policy()
+	}
+	h.c, err = New(cfg)
+	require.NoError(t, err)
+	for range 4 {
+		b := make([]uint32, 8+choose(18))
+		for i := range b {
+			b[i] = uint32(choose(3))
+		}
+		h.bases = append(h.bases, b)
+	}
+	return h
+}
+
+// snapshot is the observable state a failed operation must not change.
+type snapshot struct {
+	units map[string]string
+	seqs  map[SeqID]string
+	stats Stats
+}
+
+func (h *harness) snapshot() snapshot {
+	c := h.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := snapshot{units: map[string]string{}, seqs: map[SeqID]string{}}
+	for b := range c.blocks {
+		r := &c.blocks[b]
+		if !r.live {
+			continue
+		}
+		key := fmt.Sprintf("private %d", b)
+		if r.node != nil {
+			key = fmt.Sprintf("node %x", r.node.Hash())
+		}
+		var state []string
+		for sl := range c.numSlices {
+			u := c.unit(int32(b), sl)
+			state = append(state, fmt.Sprintf("%s/%d/%d", c.uTier[u], c.uSlot[u], c.uPins[u]))
+		}
+		s.units[key] = fmt.Sprintf("refs %d held %d %v", r.refs, r.held, state)
+	}
+	for id, q := range c.seqs {
+		s.seqs[id] = fmt.Sprintf("%v %v %v %d %v", q.tokens, q.blocks, q.pinLo, q.writeFrom, q.stepPins)
+	}
+	st := c.tree.Len()
+	_ = st
+	c.mu.Unlock()
+	s.stats = c.Stats()
+	c.mu.Lock()
+	return s
+}
+
+// pinnedSlots maps each pinned unit of a tree block to its tier and slot.
+func (h *harness) pinnedSlots() map[string]string {
+	c := h.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]string{}
+	for b := range c.blocks {
+		r := &c.blocks[b]
+		if !r.live || r.node == nil {
+			continue
+		}
+		for sl := range c.numSlices {
+			u := c.unit(int32(b), sl)
+			if c.uPins[u] > 0 {
+				out[fmt.Sprintf("%x/%d", r.node.Hash(), sl)] = fmt.Sprintf("%s/%d", c.uTier[u], c.uSlot[u])
+			}
+		}
+	}
+	return out
+}
+
+func (h *harness) randomTokens(n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = uint32(h.choose(3))
+	}
+	return out
+}
+
+func (h *harness) pickSeq() (SeqID, *refSeq, bool) {
+	if len(h.order) == 0 {
+		return 0, nil, false
+	}
+	id := h.order[h.choose(len(h.order))]
+	return id, h.ref[id], true
+}
+
+func (h *harness) forget(id SeqID) {
+	delete(h.ref, id)
+	h.order = slices.DeleteFunc(h.order, func(x SeqID) bool { return x == id })
+}
+
+// fill writes, as the server would, the KV of tokens [start, end) of
+// sequence id into every unit of theirs that is on the GPU.
+func (h *harness) fill(id SeqID, start, end int) {
+	q := h.ref[id]
+	ph := prefixHashes(q.keys, q.tokens)
+	B := h.c.BlockTokens()
+	str := h.lay.Strides()
+	for sl := range h.lay.UnitsPerBlock() {
+		for i := start / B; i*B < end; i++ {
+			loc, err := h.c.Locate(id, i, sl)
+			require.NoError(h.t, err)
+			if loc.Tier != GPU {
+				continue
+			}
+			buf := h.store.Bytes(GPU, loc.Pool, loc.Slot)
+			for o := range int64(len(buf)) {
+				j := i*B + int((o/str.Token)%int64(B))
+				if j >= start && j < end {
+					buf[o] = expectedByte(ph[j], sl, o)
+				}
+			}
+		}
+	}
+}
+
+// fillUnit writes the whole valid part of one unit (a recomputed unit).
+func (h *harness) fillUnit(id SeqID, block, sl int) {
+	q := h.ref[id]
+	ph := prefixHashes(q.keys, q.tokens)
+	B := h.c.BlockTokens()
+	str := h.lay.Strides()
+	loc, err := h.c.Locate(id, block, sl)
+	require.NoError(h.t, err)
+	require.Equal(h.t, GPU, loc.Tier)
+	buf := h.store.Bytes(GPU, loc.Pool, loc.Slot)
+	for o := range int64(len(buf)) {
+		j := block*B + int((o/str.Token)%int64(B))
+		if j < len(q.tokens) {
+			buf[o] = expectedByte(ph[j], sl, o)
+		}
+	}
+}
+
+func (h *harness) fillPlan(id SeqID, p Plan) {
+	for _, r := range p.Compute {
+		require.GreaterOrEqual(h.t, r.Start, 0)
+		require.LessOrEqual(h.t, r.End, len(h.ref[id].tokens))
+		h.fill(id, r.Start, r.End)
+	}
+}
+
+// checkBytes verifies every unit with bytes against its tokens.
+func (h *harness) checkBytes() {
+	c := h.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	B := c.blockTokens
+	str := h.lay.Strides()
+	owner := map[int32]*sequence{}
+	for _, s := range c.seqs {
+		for _, b := range s.blocks {
+			if c.blocks[b].node == nil {
+				owner[b] = s
+			}
+		}
+	}
+	for b := range c.blocks {
+		r := &c.blocks[b]
+		if !r.live || r.held == 0 {
+			continue
+		}
+		var keys radix.Keys
+		var tokens []uint32
+		valid := B
+		idx := int(r.index)
+		if r.node != nil {
+			keys = r.node.Keys()
+			var chain [][]uint32
+			for n := r.node; n != nil; n = n.Parent() {
+				chain = append(chain, n.Tokens())
+			}
+			for i := len(chain) - 1; i >= 0; i-- {
+				tokens = append(tokens, chain[i]...)
+			}
+			require.Equal(h.t, idx+1, len(chain))
+		} else {
+			s := owner[int32(b)]
+			require.NotNil(h.t, s, "private block %d without owner", b)
+			keys = s.keys
+			tokens = s.tokens
+			valid = len(tokens) - idx*B
+		}
+		ph := prefixHashes(keys, tokens)
+		for sl := range c.numSlices {
+			u := c.unit(int32(b), sl)
+			if c.uTier[u] == Dropped {
+				continue
+			}
+			buf := h.store.Bytes(c.uTier[u], c.poolOfUnit(u), c.uSlot[u])
+			for o := range int64(len(buf)) {
+				t := int((o / str.Token) % int64(B))
+				if t >= valid {
+					continue
+				}
+				if buf[o] != expectedByte(ph[idx*B+t], sl, o) {
+					h.t.Fatalf("step %d: block %d (index %d, tree %t) slice %d on %s slot %d: byte %d corrupted",
+						h.steps, b, idx, r.node != nil, sl, c.uTier[u], c.uSlot[u], o)
+				}
+			}
+		}
+	}
+}
+
+// checkSharing verifies that sequences share blocks only with equal keys
+// and prefixes, and that the reference agrees with the cache.
+func (h *harness) checkSharing() {
+	c := h.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	B := c.blockTokens
+	require.Equal(h.t, len(h.ref), len(c.seqs))
+	for id, q := range h.ref {
+		s := c.seqs[id]
+		require.NotNil(h.t, s, "seq %d", id)
+		require.Equal(h.t, q.tokens, s.tokens, "seq %d tokens", id)
+		require.Equal(h.t, q.keys, s.keys)
+		for i, b := range s.blocks {
+			n := c.blocks[b].node
+			if n == nil {
+				continue
+			}
+			require.Equal(h.t, s.keys, n.Keys(), "seq %d block %d keys", id, i)
+			require.Equal(h.t, s.tokens[i*B:(i+1)*B], n.Tokens(), "seq %d block %d tokens", id, i)
+			if i > 0 {
+				require.Equal(h.t, c.blocks[s.blocks[i-1]].node, n.Parent(), "seq %d block %d parent", id, i)
+			} else {
+				require.Nil(h.t, n.Parent())
+			}
+		}
+	}
+}
+
+func (h *harness) checkAll() {
+	require.NoError(h.t, h.c.checkInvariants(), "step %d", h.steps)
+	h.checkBytes()
+	h.checkSharing()
+	st := h.c.Stats()
+	for _, ts := range []TierStats{st.GPU, st.CPU} {
+		require.Equal(h.t, ts.Capacity, ts.Free+ts.Pinned+ts.Cached)
+	}
+	require.Zero(h.t, st.CPU.Pinned)
+}
+
+// expectUnchanged asserts that a failed operation left the state as before.
+func (h *harness) expectUnchanged(before snapshot, err error, sentinels ...error) {
+	h.t.Helper()
+	require.Error(h.t, err)
+	matched := false
+	for _, s := range sentinels {
+		matched = matched || errors.Is(err, s)
+	}
+	require.True(h.t, matched, "step %d: error %v is none of %v", h.steps, err, sentinels)
+	after := h.snapshot()
+	require.Equal(h.t, before.units, after.units, "step %d: units changed by failed op: %v", h.steps, err)
+	require.Equal(h.t, before.seqs, after.seqs, "step %d: sequences changed by failed op", h.steps)
+	require.Equal(h.t, before.stats, after.stats, "step %d: stats changed by failed op", h.steps)
+}
+
+func (h *harness) step() {
+	h.steps++
+	c := h.c
+	before := h.snapshot()
+	pinnedBefore := h.pinnedSlots()
+	failing := h.choose(20) == 0
+	h.mover.armed = failing
+	failedBefore := h.mover.failed
+	okErr := func(err error) bool {
+		if err == nil {
+			return true
+		}
+		if errors.Is(err, ErrCopyFailed) {
+			require.True(h.t, failing)
+			require.Equal(h.t, failedBefore+1, h.mover.failed)
+			h.counts["copy failed"]++
+		} else {
+			h.counts["no space"]++
+		}
+		h.expectUnchanged(before, err, ErrNoSpace, ErrCopyFailed)
+		return false
+	}
+	op := h.choose(100)
+	switch {
+	case op < 28 || len(h.order) == 0:
+		if len(h.order) >= 4 {
+			break
+		}
+		base := h.bases[h.choose(len(h.bases))]
+		prompt := slices.Clone(base[:h.choose(len(base)+1)])
+		prompt = append(prompt, h.randomTokens(h.choose(6))...)
+		keys := radix.Keys{Namespace: []string{"", "a", "b"}[h.choose(3)], LoRA: []string{"", "x"}[h.choose(2)]}
+		sparse := h.choose(5) == 0
+		req := Request{Tokens: prompt, Namespace: keys.Namespace, LoRA: keys.LoRA, Sparse: sparse}
+		if h.choose(4) == 0 {
+			req.Priorities = &Priorities{Default: h.choose(101), Ranges: []PriorityRange{{Start: 0, End: 8, Priority: 90, Duration: time.Second}}}
+		}
+		// Early reuse: a live dense sequence with the same keys pins its
+		// full blocks on the GPU, so they must be hits.
+		mustReuse := 0
+		if !sparse && h.lay.Model().Windows == nil {
+			for _, q := range h.ref {
+				if q.sparse || q.keys != keys {
+					continue
+				}
+				k := 0
+				for k+4 <= min(len(q.tokens), len(prompt)) && slices.Equal(q.tokens[k:k+4], prompt[k:k+4]) {
+					k += 4
+				}
+				mustReuse = max(mustReuse, k)
+			}
+		}
+		p, err := c.Acquire(req)
+		if !okErr(err) {
+			return
+		}
+		q := &refSeq{keys: keys, sparse: sparse}
+		if sparse {
+			q.tokens = slices.Clone(prompt[:p.Tokens])
+			q.pending = slices.Clone(prompt[p.Tokens:])
+			require.Equal(h.t, len(prompt)-p.Tokens, p.Pending)
+			require.Zero(h.t, p.Tokens%c.BlockTokens())
+			h.counts["acquire sparse"]++
+		} else {
+			q.tokens = prompt
+			require.Equal(h.t, len(prompt), p.Tokens)
+			require.GreaterOrEqual(h.t, p.ReusedTokens, mustReuse, "step %d: early reuse", h.steps)
+			h.counts["acquire"]++
+			if p.OnboardedUnits > 0 {
+				h.counts["onboard"]++
+			}
+			if p.RecomputeTokens > 0 {
+				h.counts["recompute"]++
+			}
+		}
+		h.ref[p.Seq] = q
+		h.order = append(h.order, p.Seq)
+		h.fillPlan(p.Seq, p)
+	case op < 55:
+		id, q, _ := h.pickSeq()
+		var toks []uint32
+		if len(q.pending) > 0 {
+			k := 1 + h.choose(min(len(q.pending), 6))
+			toks = q.pending[:k]
+		} else {
+			toks = h.randomTokens(1 + h.choose(3))
+		}
+		p, err := c.Append(id, toks...)
+		if !okErr(err) {
+			return
+		}
+		if len(q.pending) > 0 {
+			q.pending = q.pending[len(toks):]
+		}
+		q.tokens = append(q.tokens, toks...)
+		require.Equal(h.t, len(q.tokens), p.Tokens)
+		h.fillPlan(id, p)
+		h.counts["append"]++
+	case op < 67:
+		id, q, _ := h.pickSeq()
+		if len(q.tokens) == 0 {
+			return
+		}
+		layer := h.choose(2)
+		heads := make([][]int64, 4)
+		nb := (len(q.tokens) + 3) / 4
+		for hd := range heads {
+			for range h.choose(3) {
+				heads[hd] = append(heads[hd], int64(h.choose(nb)))
+			}
+		}
+		heads[0] = append(heads[0], int64(nb-1)) // the current block, always chosen
+		err := c.SparseAccess(id, layer, heads, &h.res)
+		if !okErr(err) {
+			return
+		}
+		for _, u := range h.res.Units {
+			loc, err := c.Locate(id, u.Block, u.Slice)
+			require.NoError(h.t, err)
+			require.Equal(h.t, GPU, loc.Tier)
+			require.True(h.t, loc.Pinned)
+			require.Equal(h.t, u.Slot, loc.Slot)
+			if u.From == Dropped {
+				h.fillUnit(id, u.Block, u.Slice)
+			}
+		}
+		require.Equal(h.t, len(h.res.Units), h.res.Hits+h.res.Misses)
+		h.counts["sparse"]++
+		if h.res.Onboarded > 0 {
+			h.counts["sparse onboard"]++
+		}
+	case op < 80:
+		id, _, _ := h.pickSeq()
+		require.NoError(h.t, c.Release(id))
+		h.forget(id)
+		h.counts["release"]++
+	case op < 88:
+		id, q, _ := h.pickSeq()
+		n := h.choose(min(len(q.tokens), 7) + 1)
+		p, err := c.Truncate(id, n)
+		if !okErr(err) {
+			return
+		}
+		q.tokens = q.tokens[:len(q.tokens)-n]
+		if q.sparse {
+			q.pending = nil
+		}
+		require.Equal(h.t, len(q.tokens), p.Tokens)
+		h.fillPlan(id, p)
+		h.counts["truncate"]++
+		if p.CopiedUnits > 0 {
+			h.counts["truncate cow"]++
+		}
+	case op < 94:
+		if len(h.order) >= 4 {
+			break
+		}
+		id, q, _ := h.pickSeq()
+		p, err := c.Fork(id)
+		if !okErr(err) {
+			return
+		}
+		h.ref[p.Seq] = &refSeq{keys: q.keys, tokens: slices.Clone(q.tokens), sparse: q.sparse}
+		h.order = append(h.order, p.Seq)
+		h.fillPlan(p.Seq, p)
+		h.counts["fork"]++
+	default:
+		h.badInput(before)
+	}
+	if failing && h.mover.failed == failedBefore {
+		h.mover.armed = false
+	}
+	// A unit pinned before and after the operation did not move.
+	for k, v := range h.pinnedSlots() {
+		if w, ok := pinnedBefore[k]; ok {
+			require.Equal(h.t, w, v, "step %d: pinned unit %s moved", h.steps, k)
+		}
+	}
+}
+
+// badInput tries an invalid call and checks it fails with the right sentinel
+// without changing anything.
+func (h *harness) badInput(before snapshot) {
+	c := h.c
+	h.counts["bad input"]++
+	id, q, ok := h.pickSeq()
+	switch h.choose(7) {
+	case 0:
+		h.expectUnchanged(before, c.Release(9999), ErrUnknownSequence)
+	case 1:
+		_, err := c.Append(9999, 1)
+		h.expectUnchanged(before, err, ErrUnknownSequence)
+	case 2:
+		if ok {
+			_, err := c.Truncate(id, len(q.tokens)+1)
+			h.expectUnchanged(before, err, ErrOutOfRange)
+		}
+	case 3:
+		_, err := c.Acquire(Request{Tokens: []uint32{1}, Priorities: &Priorities{Default: 101}})
+		h.expectUnchanged(before, err, ErrInvalidRequest)
+	case 4:
+		if ok {
+			err := c.SparseAccess(id, 2, make([][]int64, 4), &h.res)
+			h.expectUnchanged(before, err, ErrOutOfRange)
+			err = c.SparseAccess(id, 0, [][]int64{{int64(len(q.tokens)/4 + 1)}, nil, nil, nil}, &h.res)
+			h.expectUnchanged(before, err, ErrOutOfRange)
+			err = c.SparseAccess(id, 0, make([][]int64, 3), &h.res)
+			h.expectUnchanged(before, err, ErrInvalidRequest)
+		}
+	case 5:
+		_, err := c.Acquire(Request{Tokens: []uint32{1, 2, 3, 4, 5}, Extra: []radix.ExtraKey{{Pos: 3}, {Pos: 1}}})
+		h.expectUnchanged(before, err, ErrInvalidRequest)
+	case 6:
+		if ok {
+			_, err := c.BlockTable(nil, id, 99)
+			h.expectUnchanged(before, err, ErrOutOfRange)
+		}
+	}
+}
+
+func runModel(t testing.TB, mc modelConfig, seed uint64, steps int) *harness {
+	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
+	h := newHarness(t, mc, func(n int) int { return rng.IntN(n) })
+	h.checkAll()
+	for range steps {
+		h.step()
+		h.checkAll()
+	}
+	for len(h.order) > 0 {
+		id := h.order[0]
+		require.NoError(t, h.c.Release(id))
+		h.forget(id)
+		h.checkAll()
+	}
+	st := h.c.Stats()
+	require.Zero(t, st.GPU.Pinned)
+	return h
+}
+
+func TestModelRandomized(t *testing.T) {
+	steps := 3000
+	if testing.Short() {
+		steps = 500
+	}
+	for _, mc := range modelConfigs() {
+		t.Run(mc.name, func(t *testing.T) {
+			total := map[string]int{}
+			for seed := range uint64(3) {
+				h := runModel(t, mc, seed+1, steps)
+				for k, v := range h.counts {
+					total[k] += v
+				}
+				require.NotEmpty(t, h.events)
+			}
+			t.Logf("%v", total)
+			for _, k := range []string{"acquire", "append", "sparse", "release", "truncate", "fork", "bad input", "copy failed"} {
+				require.Positive(t, total[k], "operation %q never ran", k)
+			}
+		})
+	}
+}
