@@ -167,9 +167,9 @@ type snapshot struct {
 
 func (h *harness) snapshot() snapshot {
 	c := h.c
+	s := snapshot{units: map[string]string{}, seqs: map[SeqID]string{}, stats: c.Stats()}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := snapshot{units: map[string]string{}, seqs: map[SeqID]string{}}
 	for b := range c.blocks {
 		r := &c.blocks[b]
 		if !r.live {
@@ -189,11 +189,6 @@ func (h *harness) snapshot() snapshot {
 	for id, q := range c.seqs {
 		s.seqs[id] = fmt.Sprintf("%v %v %v %d %v", q.tokens, q.blocks, q.pinLo, q.writeFrom, q.stepPins)
 	}
-	st := c.tree.Len()
-	_ = st
-	c.mu.Unlock()
-	s.stats = c.Stats()
-	c.mu.Lock()
 	return s
 }
 
@@ -430,6 +425,19 @@ func (h *harness) step() {
 		return false
 	}
 	op := h.choose(100)
+	if len(h.order) == 0 && op%10 == 0 {
+		// An idle cache may be cleared.
+		blocks := c.Stats().Blocks
+		require.NoError(h.t, c.Clear())
+		require.Zero(h.t, c.Stats().Blocks)
+		require.Equal(h.t, before.stats.Removed+uint64(blocks), c.Stats().Removed)
+		h.counts["clear"]++
+		return
+	}
+	if len(h.order) > 0 && op%25 == 0 {
+		// Clear refuses while sequences are live.
+		h.expectUnchanged(before, c.Clear(), ErrBusy)
+	}
 	switch {
 	case op < 28 || len(h.order) == 0:
 		if len(h.order) >= 4 {
@@ -459,9 +467,19 @@ func (h *harness) step() {
 				mustReuse = max(mustReuse, k)
 			}
 		}
+		adm, err := c.Admit(req)
+		require.NoError(h.t, err)
 		p, err := c.Acquire(req)
+		if !failing && !sparse {
+			// Admission control predicts a dense Acquire exactly.
+			require.Equal(h.t, adm.Fits, err == nil, "step %d: admit %+v, acquire error %v", h.steps, adm, err)
+		}
 		if !okErr(err) {
 			return
+		}
+		if !sparse {
+			require.Equal(h.t, adm.NeedSlots, p.OnboardedUnits+p.FreshUnits)
+			require.Equal(h.t, adm.ReusedTokens, p.ReusedTokens)
 		}
 		q := &refSeq{keys: keys, sparse: sparse}
 		if sparse {
@@ -662,7 +680,7 @@ func TestModelRandomized(t *testing.T) {
 				require.NotEmpty(t, h.events)
 			}
 			t.Logf("%v", total)
-			for _, k := range []string{"acquire", "append", "sparse", "release", "truncate", "fork", "bad input", "copy failed"} {
+			for _, k := range []string{"acquire", "append", "sparse", "release", "truncate", "fork", "bad input", "copy failed", "clear"} {
 				require.Positive(t, total[k], "operation %q never ran", k)
 			}
 		})

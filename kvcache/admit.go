@@ -1,0 +1,129 @@
+package kvcache
+
+import (
+	"fmt"
+
+	"github.com/kvtier/kvtier/radix"
+)
+
+// Admission is the answer of Admit: what a request would still need from
+// the GPU after reuse.
+type Admission struct {
+	// ReusedTokens is how many prompt tokens the cache holds (on the GPU or
+	// the CPU) in blocks that need no recompute.
+	ReusedTokens int
+	// NeedSlots is the number of GPU slots the request would take: units
+	// to onboard from the CPU plus fresh units to compute. For a sparse
+	// request it is the slots of one block (its first Append) when
+	// tokens remain to prefill, else 0.
+	NeedSlots int
+	// FreeSlots is what the GPU can supply now in the pools the request
+	// needs: free slots plus evictable units, not counting the units the
+	// request itself would pin.
+	FreeSlots int
+	// Fits reports whether every pool can supply its share now, so that
+	// Acquire would not fail with ErrNoSpace (barring a concurrent call).
+	Fits bool
+}
+
+// Admit answers, without changing anything, how many GPU slots req would
+// still need after reusing the cache, and whether they can be had now
+// (admission control for a scheduler). It returns an error wrapping
+// ErrInvalidRequest for the inputs Acquire rejects.
+func (c *Cache) Admit(req Request) (Admission, error) {
+	if err := req.Priorities.validate(); err != nil {
+		return Admission{}, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	keys := radix.Keys{Namespace: req.Namespace, LoRA: req.LoRA}
+	nodes, err := c.tree.Match(c.scratch.nodes[:0], keys, req.Tokens, req.Extra)
+	c.scratch.nodes = nodes[:0]
+	if err != nil {
+		return Admission{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	B := c.blockTokens
+	need := make([]int, len(c.pools))
+	pinning := make([]int, len(c.pools))
+	var a Admission
+	if req.Sparse {
+		k := 0
+		for _, n := range nodes {
+			if c.blocks[n.Value].held != int32(c.numSlices) {
+				break
+			}
+			k++
+		}
+		a.ReusedTokens = k * B
+		if len(req.Tokens) > k*B {
+			for p := range c.pools {
+				need[p] = c.pools[p].unitsPerBlock
+			}
+		}
+	} else {
+		// A dense Acquire pins every unit of every prompt block.
+		nb := c.numBlocks(len(req.Tokens))
+		compute := 0
+		for i, n := range nodes {
+			fresh := false
+			for sl := range c.numSlices {
+				u := c.unit(n.Value, sl)
+				p := c.slicePool[sl]
+				switch c.uTier[u] {
+				case GPU:
+					if c.uPins[u] == 0 {
+						pinning[p]++
+					}
+				case CPU:
+					need[p]++
+				default:
+					need[p]++
+					fresh = true
+				}
+			}
+			if fresh {
+				compute += min((i+1)*B, len(req.Tokens)) - i*B
+			}
+		}
+		for p := range c.pools {
+			need[p] += (nb - len(nodes)) * c.pools[p].unitsPerBlock
+		}
+		a.ReusedTokens = len(nodes)*B - compute
+	}
+	a.Fits = true
+	for p := range c.pools {
+		free := c.gpu[p].available() - pinning[p]
+		a.NeedSlots += need[p]
+		if need[p] > 0 {
+			a.FreeSlots += free
+		}
+		if need[p] > free {
+			a.Fits = false
+		}
+	}
+	return a, nil
+}
+
+// Clear forgets every cached block (an AllCleared event), like vLLM's prefix
+// cache reset. It needs an idle cache: it returns an error wrapping ErrBusy
+// while sequences are live.
+func (c *Cache) Clear() error {
+	c.mu.Lock()
+	defer c.unlock()
+	if len(c.seqs) > 0 {
+		return fmt.Errorf("%w: %d sequences", ErrBusy, len(c.seqs))
+	}
+	for b := range c.blocks {
+		if !c.blocks[b].live {
+			continue
+		}
+		for sl := range c.numSlices {
+			c.freeUnit(c.unit(int32(b), sl))
+		}
+	}
+	c.st.removed += uint64(c.tree.Clear(func(n *radix.Node[int32]) { c.freeBlock(n.Value) }))
+	if c.sink != nil {
+		c.pending = append(c.pending, Event{Kind: AllCleared})
+	}
+	return nil
+}
