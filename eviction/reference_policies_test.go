@@ -401,3 +401,63 @@ func (r *refPrioritized) evict(now time.Duration) (int, bool) {
 		return a.stamp.less(b.stamp)
 	})
 }
+
+// FuzzPoliciesMatchReferences decodes the input as a sequence of
+// operations, three bytes each (operation, key, argument), and runs it on
+// LRU, FIFO and PrioritizedLRU and on their references, requiring the same
+// victims and lengths after every operation.
+func FuzzPoliciesMatchReferences(f *testing.F) {
+	f.Add([]byte{0, 1, 0, 0, 2, 0, 5, 0, 0})
+	f.Add([]byte{0, 1, 10, 0, 2, 200, 6, 0, 9, 5, 0, 0, 2, 1, 0, 5, 0, 0, 3, 1, 0, 5, 0, 0})
+	f.Add([]byte{0, 1, 130, 0, 2, 131, 0, 3, 35, 6, 0, 5, 1, 2, 0, 6, 0, 20, 5, 0, 0, 5, 0, 0, 5, 0, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		clk := new(eviction.ManualClock)
+		policies := []eviction.Policy[int]{eviction.NewLRU[int](), eviction.NewFIFO[int](), eviction.NewPrioritizedLRU[int](clk)}
+		refs := []refPolicy{&refLRU{}, &refFIFO{}, &refPrioritized{}}
+		names := []string{"LRU", "FIFO", "PrioritizedLRU"}
+		for pos := 0; pos+3 <= len(data); pos += 3 {
+			kind, k, arg := data[pos]%7, int(data[pos+1]%16), data[pos+2]
+			now := clk.Now()
+			for j, p := range policies {
+				r := refs[j]
+				switch kind {
+				case 0:
+					// arg: priority in the low 7 bits (values above 100 are
+					// invalid), a duration of (arg%8) ms when the top bit is set.
+					e := eviction.NewEntry(1)
+					e.Priority = int(arg & 0x7f)
+					if arg&0x80 != 0 {
+						e.PriorityDuration = time.Duration(arg%8) * time.Millisecond
+					}
+					if err, ok := p.Insert(k, e), r.insert(k, e, now); (err == nil) != ok {
+						t.Fatalf("%s op %d: Insert(%d, %+v) = %v, reference accepted: %v", names[j], pos/3, k, e, err, ok)
+					}
+				case 1:
+					p.Access(k)
+					r.access(k, now)
+				case 2:
+					p.Pin(k)
+					r.pin(k, now)
+				case 3:
+					p.Unpin(k)
+					r.unpin(k, now)
+				case 4:
+					p.Remove(k)
+					r.remove(k)
+				case 5:
+					got, gotOK := p.Evict()
+					want, wantOK := r.evict(now)
+					if got != want || gotOK != wantOK {
+						t.Fatalf("%s op %d: Evict() = %d, %v; reference evicts %d, %v", names[j], pos/3, got, gotOK, want, wantOK)
+					}
+				}
+				if p.Len() != r.len() {
+					t.Fatalf("%s op %d: Len() = %d, reference tracks %d", names[j], pos/3, p.Len(), r.len())
+				}
+			}
+			if kind == 6 {
+				clk.Advance(time.Duration(arg%16) * time.Millisecond)
+			}
+		}
+	})
+}
