@@ -46,7 +46,6 @@ func (c *Cache) Acquire(req Request) (Plan, error) {
 		keys:     keys,
 		extra:    slices.Clone(req.Extra),
 		sparse:   req.Sparse,
-		stepPins: make([][]UnitID, c.layers),
 	}
 	if req.Priorities != nil {
 		p := *req.Priorities

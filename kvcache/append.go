@@ -49,6 +49,8 @@ func (c *Cache) Append(id SeqID, tokens ...uint32) (Plan, error) {
 	lo := c.wantLo(c.scratch.lo, s)
 	c.scratch.lo = lo
 	c.tx.reset()
+	// The step of the last SparseAccess is over: its pins go.
+	c.tx.unpins = append(c.tx.unpins, s.stepPins...)
 	c.queuePinDiff(s.blocks, s.pinLo, s.pinHi, newBlocks, lo, nb2, -1, -1)
 	if err := c.runTxn(); err != nil {
 		s.writeFrom = oldWrite
@@ -58,6 +60,7 @@ func (c *Cache) Append(id SeqID, tokens ...uint32) (Plan, error) {
 		}
 		return Plan{}, err
 	}
+	s.stepPins = s.stepPins[:0]
 	plan := Plan{Seq: id}
 	c.fillPlan(&plan)
 	plan.Compute = []TokenRange{{Start: n, End: n2}}

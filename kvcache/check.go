@@ -40,16 +40,14 @@ func (c *Cache) checkInvariants() error {
 				}
 			}
 		}
-		for l, pins := range s.stepPins {
-			for _, u := range pins {
-				want[u]++
-				found := false
-				for _, b := range s.blocks {
-					found = found || b == c.blockOf(u)
-				}
-				if !found {
-					return fmt.Errorf("seq %d layer %d: step pin on unit %d of a block it does not hold", id, l, u)
-				}
+		for _, u := range s.stepPins {
+			want[u]++
+			found := false
+			for _, b := range s.blocks {
+				found = found || b == c.blockOf(u)
+			}
+			if !found {
+				return fmt.Errorf("seq %d: step pin on unit %d of a block it does not hold", id, u)
 			}
 		}
 	}

@@ -48,11 +48,9 @@ func (c *Cache) mergeBlock(s *sequence, i int, n *radix.Node[int32]) {
 		c.mustInsert(ga, x, pins > 0)
 		c.uTier[x], c.uSlot[x], c.uPins[x] = GPU, slot, pins
 	}
-	for l, pins := range s.stepPins {
-		for j, u := range pins {
-			if c.blockOf(u) == b {
-				s.stepPins[l][j] = c.unit(e, c.sliceOf(u))
-			}
+	for j, u := range s.stepPins {
+		if c.blockOf(u) == b {
+			s.stepPins[j] = c.unit(e, c.sliceOf(u))
 		}
 	}
 	c.blocks[e].refs++

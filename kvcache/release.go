@@ -40,12 +40,10 @@ func (c *Cache) Release(id SeqID) error {
 	return nil
 }
 
-// clearStepPins removes the pins of s's SparseAccess calls.
+// clearStepPins removes the pins of s's last SparseAccess.
 func (c *Cache) clearStepPins(s *sequence) {
-	for l, pins := range s.stepPins {
-		for _, u := range pins {
-			c.unpinUnit(u)
-		}
-		s.stepPins[l] = pins[:0]
+	for _, u := range s.stepPins {
+		c.unpinUnit(u)
 	}
+	s.stepPins = s.stepPins[:0]
 }

@@ -98,9 +98,8 @@ type sequence struct {
 	// writeFrom is the first token the last Acquire or Append wrote (0
 	// after a dense Acquire: the prefill may read every prompt block).
 	writeFrom int
-	// stepPins holds, per model layer, the units the last SparseAccess of
-	// that layer pinned.
-	stepPins [][]UnitID
+	// stepPins holds the units the last SparseAccess pinned.
+	stepPins []UnitID
 }
 
 // priority returns the priority and duration of block i of s.

@@ -50,14 +50,17 @@ func (r *SparseResult) reset() {
 // sliding window are not touched.
 //
 // Touched units on the CPU are onboarded, dropped ones get fresh slots (the
-// server recomputes them), evicting others as needed; all touched units are
-// pinned until the next SparseAccess of the same layer for this sequence
-// (which replaces these pins), a Truncate or the Release. res is overwritten.
+// server recomputes them), evicting others as needed. All touched units are
+// pinned for the layer's attention: until the sequence's next SparseAccess
+// (of any layer: it replaces these pins), Append, Truncate or Release. So
+// the GPU needs to hold one layer's selection per sequence, not a whole
+// step's: a server runs, for each layer, SparseAccess for every sequence of
+// the batch and then the layer's kernel. res is overwritten.
 //
 // It returns an error wrapping ErrUnknownSequence, ErrInvalidRequest
 // (len(heads) is not the model's query heads), ErrOutOfRange (bad layer or
 // block), ErrNoSpace or ErrCopyFailed; nothing is then changed and the
-// previous pins of the layer stay.
+// previous pins stay.
 func (c *Cache) SparseAccess(id SeqID, layer int, heads [][]int64, res *SparseResult) error {
 	c.mu.Lock()
 	defer c.unlock()
@@ -99,7 +102,7 @@ func (c *Cache) SparseAccess(id SeqID, layer int, heads [][]int64, res *SparseRe
 	c.scratch.units = keys
 	res.reset()
 	c.tx.reset()
-	c.tx.unpins = append(c.tx.unpins, s.stepPins[layer]...)
+	c.tx.unpins = append(c.tx.unpins, s.stepPins...)
 	for _, k := range keys {
 		sl, b := int(k>>32), int(uint32(k))
 		c.addNeed(c.unit(s.blocks[b], sl))
@@ -108,7 +111,7 @@ func (c *Cache) SparseAccess(id SeqID, layer int, heads [][]int64, res *SparseRe
 		return err
 	}
 	c.countAccess()
-	pins := s.stepPins[layer][:0]
+	pins := s.stepPins[:0]
 	for i, k := range keys {
 		n := &c.tx.needs[i]
 		sl, b := int(k>>32), int(uint32(k))
@@ -132,7 +135,7 @@ func (c *Cache) SparseAccess(id SeqID, layer int, heads [][]int64, res *SparseRe
 		res.Units = append(res.Units, SparseUnit{Block: b, KVHead: c.sliceHead[sl], Slice: sl, Pool: p, Slot: n.slot, From: from})
 		pins = append(pins, n.u)
 	}
-	s.stepPins[layer] = pins
+	s.stepPins = pins
 	for _, v := range c.tx.gpuVictims {
 		if v.to >= 0 {
 			res.OffloadedUnits++

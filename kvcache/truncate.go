@@ -59,9 +59,7 @@ func (c *Cache) Truncate(id SeqID, n int) (Plan, error) {
 	lo := c.wantLo(c.scratch.lo, s)
 	c.scratch.lo = lo
 	c.tx.reset()
-	for _, pins := range s.stepPins {
-		c.tx.unpins = append(c.tx.unpins, pins...)
-	}
+	c.tx.unpins = append(c.tx.unpins, s.stepPins...)
 	c.queuePinDiff(s.blocks, s.pinLo, s.pinHi, newBlocks, lo, nb, cowDst, cowSrc)
 	if err := c.runTxn(); err != nil {
 		s.writeFrom = oldWrite
@@ -71,9 +69,7 @@ func (c *Cache) Truncate(id SeqID, n int) (Plan, error) {
 		}
 		return Plan{}, err
 	}
-	for l := range s.stepPins {
-		s.stepPins[l] = s.stepPins[l][:0]
-	}
+	s.stepPins = s.stepPins[:0]
 	plan := Plan{Seq: id, Tokens: L}
 	c.fillPlan(&plan)
 	for _, i := range c.scratch.fresh {
@@ -128,7 +124,6 @@ func (c *Cache) Fork(id SeqID) (Plan, error) {
 		sparse:    s.sparse,
 		prio:      s.prio,
 		writeFrom: s.writeFrom,
-		stepPins:  make([][]UnitID, len(s.stepPins)),
 	}
 	nb := len(child.blocks)
 	cowDst, cowSrc := int32(-1), int32(-1)

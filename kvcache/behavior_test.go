@@ -1,0 +1,434 @@
+package kvcache
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/kvtier/kvtier/costmodel"
+	"github.com/kvtier/kvtier/eviction"
+	"github.com/kvtier/kvtier/layout"
+	"github.com/stretchr/testify/require"
+)
+
+func tinyLayout(t testing.TB, kind layout.Kind, windows []int) *layout.Layout {
+	t.Helper()
+	m := layout.Model{Name: "tiny", Layers: 2, QueryHeads: 4, KVHeads: 2, HeadDim: 2, ElemBytes: 1, Windows: windows}
+	l, err := layout.New(m, kind, 4)
+	require.NoError(t, err)
+	return l
+}
+
+func seqTokens(n int, base uint32) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = base + uint32(i)
+	}
+	return out
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	failing := func(PoolInfo) (eviction.Policy[UnitID], error) { return nil, errors.New("boom") }
+	nilPolicy := func(PoolInfo) (eviction.Policy[UnitID], error) { return nil, nil }
+	for name, tc := range map[string]struct {
+		cfg  Config
+		want string
+	}{
+		"nil layout":     {Config{GPU: Capacity{Units: 4}}, "Layout"},
+		"zero layout":    {Config{Layout: &layout.Layout{}, GPU: Capacity{Units: 4}}, "Layout"},
+		"no GPU":         {Config{Layout: l}, "GPU capacity is zero"},
+		"both fields":    {Config{Layout: l, GPU: Capacity{Units: 4, Bytes: 64}}, "both"},
+		"negative CPU":   {Config{Layout: l, GPU: Capacity{Units: 4}, CPU: Capacity{Units: -1}}, "negative"},
+		"pool no slot":   {Config{Layout: l, GPU: Capacity{Bytes: 16}}, "no slot"},
+		"bad cost model": {Config{Layout: l, GPU: Capacity{Units: 4}, CostModel: &costmodel.Model{}}, "CostModel"},
+		"factory error":  {Config{Layout: l, GPU: Capacity{Units: 4}, GPUPolicy: failing}, "boom"},
+		"nil policy":     {Config{Layout: l, GPU: Capacity{Units: 4}, CPUPolicy: nilPolicy}, "nil"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := New(tc.cfg)
+			require.ErrorIs(t, err, ErrInvalidConfig)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestCapacitySplitsByBytesPerBlock(t *testing.T) {
+	// AllLayers with two windows: pool 0 holds one layer, pool 1 the other;
+	// both units have the same size, so bytes split evenly.
+	l := tinyLayout(t, layout.AllLayers, []int{8, 0})
+	slots, err := PoolSlots(l, Capacity{Bytes: 10 * 32})
+	require.NoError(t, err)
+	require.Equal(t, []int{5, 5}, slots)
+	// Paged, one pool of two slices: units split by units per block.
+	l2 := tinyLayout(t, layout.PagedLayer, nil)
+	slots, err = PoolSlots(l2, Capacity{Units: 7})
+	require.NoError(t, err)
+	require.Equal(t, []int{7}, slots)
+	c, err := New(Config{Layout: l, GPU: Capacity{Bytes: 10 * 32}})
+	require.NoError(t, err)
+	require.Equal(t, 5, c.Slots(GPU, 1))
+	require.Equal(t, 0, c.Slots(CPU, 1))
+	require.Equal(t, 0, c.Slots(GPU, 7))
+}
+
+func TestErrNoSpaceRollsBack(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: 6}})
+	require.NoError(t, err)
+	p, err := c.Acquire(Request{Tokens: seqTokens(8, 0)}) // 2 blocks, 4 units
+	require.NoError(t, err)
+	before := c.Stats()
+	_, err = c.Acquire(Request{Tokens: seqTokens(8, 100)})
+	require.ErrorIs(t, err, ErrNoSpace)
+	require.ErrorContains(t, err, "needs 4 slots, 2 free")
+	require.Equal(t, before, c.Stats())
+	require.NoError(t, c.checkInvariants())
+	adm, err := c.Admit(Request{Tokens: seqTokens(8, 100)})
+	require.NoError(t, err)
+	require.False(t, adm.Fits)
+	require.Equal(t, 4, adm.NeedSlots)
+	require.Equal(t, 2, adm.FreeSlots)
+	require.NoError(t, c.Release(p.Seq))
+	adm, err = c.Admit(Request{Tokens: seqTokens(8, 100)})
+	require.NoError(t, err)
+	require.True(t, adm.Fits)
+}
+
+// TestReleaseEvictsChainTailFirst: a released chain leaves LRU from its
+// last block, so a later request re-uses its head and recomputes only the
+// tail.
+func TestReleaseEvictsChainTailFirst(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: 8}})
+	require.NoError(t, err)
+	prompt := seqTokens(16, 0) // 4 blocks, 8 units: the whole GPU
+	p, err := c.Acquire(Request{Tokens: prompt})
+	require.NoError(t, err)
+	require.NoError(t, c.Release(p.Seq))
+	other, err := c.Acquire(Request{Tokens: seqTokens(4, 100)}) // needs 2 slots
+	require.NoError(t, err)
+	require.Equal(t, 2, other.DroppedUnits)
+	require.NoError(t, c.Release(other.Seq))
+	again, err := c.Acquire(Request{Tokens: prompt})
+	require.NoError(t, err)
+	require.Equal(t, 12, again.ReusedTokens)
+	require.Equal(t, []TokenRange{{12, 16}}, again.Compute)
+}
+
+// TestDroppedHeadStaysKnown: with FIFO the chain's first block is evicted
+// first; it stays in the tree as dropped, so a later match recomputes it and
+// still hits the blocks after it (Pensieve).
+func TestDroppedHeadStaysKnown(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	fifo := func(PoolInfo) (eviction.Policy[UnitID], error) { return eviction.NewFIFO[UnitID](), nil }
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: 8}, GPUPolicy: fifo})
+	require.NoError(t, err)
+	prompt := seqTokens(12, 0) // 3 blocks, 6 units
+	p, err := c.Acquire(Request{Tokens: prompt})
+	require.NoError(t, err)
+	require.NoError(t, c.Release(p.Seq))
+	other, err := c.Acquire(Request{Tokens: seqTokens(8, 100)}) // 4 units: 2 evicted
+	require.NoError(t, err)
+	require.Equal(t, 2, other.DroppedUnits)
+	require.NoError(t, c.Release(other.Seq))
+	require.Equal(t, 5, c.Stats().Blocks) // the dropped head is still known
+	again, err := c.Acquire(Request{Tokens: prompt})
+	require.NoError(t, err)
+	require.Equal(t, []TokenRange{{0, 4}}, again.Compute)
+	require.Equal(t, 4, again.RecomputeTokens)
+	require.Equal(t, 4, again.HitUnits)
+	require.Equal(t, int64(4), c.Stats().RecomputedTokens)
+	require.NoError(t, c.checkInvariants())
+}
+
+func TestOffloadOnboardRoundTripKeepsBytes(t *testing.T) {
+	l := tinyLayout(t, layout.BSA, nil) // 4 slices of 16 bytes
+	gpu, cpu := Capacity{Units: 8}, Capacity{Units: 16}
+	store, err := NewMemoryStore(l, gpu, cpu)
+	require.NoError(t, err)
+	c, err := New(Config{Layout: l, GPU: gpu, CPU: cpu, Mover: store})
+	require.NoError(t, err)
+	prompt := seqTokens(8, 0)
+	p, err := c.Acquire(Request{Tokens: prompt})
+	require.NoError(t, err)
+	for b := range 2 {
+		for sl := range 4 {
+			loc, err := c.Locate(p.Seq, b, sl)
+			require.NoError(t, err)
+			buf := store.Bytes(GPU, loc.Pool, loc.Slot)
+			for i := range buf {
+				buf[i] = byte(b*64 + sl*16 + i)
+			}
+		}
+	}
+	require.NoError(t, c.Release(p.Seq))
+	q, err := c.Acquire(Request{Tokens: seqTokens(8, 50)})
+	require.NoError(t, err)
+	require.Equal(t, 8, q.OffloadedUnits)
+	require.NoError(t, c.Release(q.Seq))
+	r, err := c.Acquire(Request{Tokens: prompt})
+	require.NoError(t, err)
+	require.Equal(t, 8, r.OnboardedUnits)
+	require.Equal(t, 8, r.OffloadedUnits) // the other prompt goes to the CPU
+	require.Empty(t, r.Compute)
+	for b := range 2 {
+		for sl := range 4 {
+			loc, err := c.Locate(r.Seq, b, sl)
+			require.NoError(t, err)
+			require.Equal(t, GPU, loc.Tier)
+			buf := store.Bytes(GPU, loc.Pool, loc.Slot)
+			for i := range buf {
+				require.Equal(t, byte(b*64+sl*16+i), buf[i])
+			}
+		}
+	}
+	st := c.Stats()
+	require.Equal(t, uint64(16), st.Offloads)
+	require.Equal(t, uint64(8), st.Onboards)
+	require.Equal(t, int64(24*16), st.BytesMoved)
+	require.Equal(t, int64(8), st.CPU.Cached)
+	require.InDelta(t, 0.0, st.GPU.HitRate(), 1e-9)
+	require.InDelta(t, 8.0/24, st.CPU.HitRate(), 1e-9)
+}
+
+func TestCostModelDropsCheapUnits(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	// Recompute costs nothing: every victim is dropped although the CPU
+	// has room.
+	cm := &costmodel.Model{Link: costmodel.Link{BytesPerSecond: 1e9}}
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: 4}, CPU: Capacity{Units: 8}, CostModel: cm})
+	require.NoError(t, err)
+	p, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
+	require.NoError(t, err)
+	require.NoError(t, c.Release(p.Seq))
+	q, err := c.Acquire(Request{Tokens: seqTokens(8, 10)})
+	require.NoError(t, err)
+	require.Equal(t, 4, q.DroppedUnits)
+	require.Zero(t, q.OffloadedUnits)
+}
+
+func TestEarlyReuseAndMerge(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: 16}})
+	require.NoError(t, err)
+	a, err := c.Acquire(Request{Tokens: seqTokens(6, 0)})
+	require.NoError(t, err)
+	b, err := c.Acquire(Request{Tokens: seqTokens(6, 0)})
+	require.NoError(t, err)
+	require.Equal(t, 2, b.HitUnits) // block 0, committed by a's Acquire
+	used := c.Stats().GPU.Capacity - c.Stats().GPU.Free
+	require.Equal(t, int64(6), used) // shared block 0, two private partial blocks
+	// Both fill block 1 with the same tokens: b adopts a's block.
+	_, err = c.Append(a.Seq, 6, 7)
+	require.NoError(t, err)
+	_, err = c.Append(b.Seq, 6, 7)
+	require.NoError(t, err)
+	require.NoError(t, c.checkInvariants())
+	ta, err := c.BlockTable(nil, a.Seq, 1)
+	require.NoError(t, err)
+	tb, err := c.BlockTable(nil, b.Seq, 1)
+	require.NoError(t, err)
+	require.Equal(t, ta, tb)
+	require.Equal(t, int64(4), c.Stats().GPU.Capacity-c.Stats().GPU.Free)
+	// A third request reuses both blocks at once.
+	d, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
+	require.NoError(t, err)
+	require.Equal(t, 8, d.ReusedTokens)
+}
+
+func TestNamespacesNeverShare(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: 16}})
+	require.NoError(t, err)
+	_, err = c.Acquire(Request{Tokens: seqTokens(8, 0), Namespace: "tenant-a"})
+	require.NoError(t, err)
+	p, err := c.Acquire(Request{Tokens: seqTokens(8, 0), Namespace: "tenant-b"})
+	require.NoError(t, err)
+	require.Zero(t, p.HitUnits)
+	p, err = c.Acquire(Request{Tokens: seqTokens(8, 0), Namespace: "tenant-a", LoRA: "adapter"})
+	require.NoError(t, err)
+	require.Zero(t, p.HitUnits)
+	p, err = c.Acquire(Request{Tokens: seqTokens(8, 0), Namespace: "tenant-a"})
+	require.NoError(t, err)
+	require.Equal(t, 4, p.HitUnits)
+}
+
+func TestSlidingWindowUnpinsOldBlocks(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, []int{4, 0}) // layer 0: window of 4 tokens
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: 16}})
+	require.NoError(t, err)
+	p, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
+	require.NoError(t, err)
+	for b := range 2 {
+		loc, err := c.Locate(p.Seq, b, 0)
+		require.NoError(t, err)
+		require.True(t, loc.Pinned, "the prefill may read every block")
+	}
+	_, err = c.Append(p.Seq, 8, 9, 10, 11, 12)
+	require.NoError(t, err)
+	// The first appended token (position 8) reads positions 5..8: block 0
+	// left layer 0's window, block 1 did not.
+	loc, err := c.Locate(p.Seq, 0, 0)
+	require.NoError(t, err)
+	require.False(t, loc.Pinned)
+	require.Equal(t, GPU, loc.Tier) // still cached
+	loc, err = c.Locate(p.Seq, 1, 0)
+	require.NoError(t, err)
+	require.True(t, loc.Pinned)
+	loc, err = c.Locate(p.Seq, 0, 1) // the full-attention layer keeps it
+	require.NoError(t, err)
+	require.True(t, loc.Pinned)
+	require.NoError(t, c.checkInvariants())
+}
+
+// TestSparseContextLargerThanGPU: a BSA sequence whose context does not fit
+// on the GPU is prefilled block by block and decoded with sparse accesses.
+func TestSparseContextLargerThanGPU(t *testing.T) {
+	l := tinyLayout(t, layout.BSA, nil) // 4 units per block
+	gpu, cpu := Capacity{Units: 12}, Capacity{Units: 64}
+	store, err := NewMemoryStore(l, gpu, cpu)
+	require.NoError(t, err)
+	c, err := New(Config{Layout: l, GPU: gpu, CPU: cpu, Mover: store})
+	require.NoError(t, err)
+	prompt := seqTokens(40, 0) // 10 blocks = 40 units > 12 GPU slots
+	p, err := c.Acquire(Request{Tokens: prompt, Sparse: true})
+	require.NoError(t, err)
+	require.Equal(t, 40, p.Pending)
+	for i := 0; i < 40; i += 4 {
+		_, err := c.Append(p.Seq, prompt[i:i+4]...)
+		require.NoError(t, err)
+	}
+	var res SparseResult
+	for step := range 5 {
+		_, err := c.Append(p.Seq, uint32(1000+step))
+		require.NoError(t, err)
+		for layer := range 2 {
+			// Query heads 0,1 read KV head 0; 2,3 read KV head 1.
+			heads := [][]int64{{0, 10}, {3}, {int64(step), 10}, {7}}
+			require.NoError(t, c.SparseAccess(p.Seq, layer, heads, &res))
+			require.Len(t, res.Units, 6) // head 0: blocks 0,3,10; head 1: step,7,10
+			require.Equal(t, int64(6*16), res.BytesRead)
+			require.Equal(t, res.Hits+res.Misses, 6)
+			require.Zero(t, res.Recompute)
+		}
+	}
+	st := c.Stats()
+	require.Positive(t, st.Onboards)
+	require.LessOrEqual(t, st.GPU.Pinned, int64(12))
+	require.NoError(t, c.checkInvariants())
+	// A second sparse request with the same prompt takes all of it.
+	q, err := c.Acquire(Request{Tokens: prompt, Sparse: true})
+	require.NoError(t, err)
+	require.Equal(t, 40, q.Tokens)
+	require.Zero(t, q.Pending)
+}
+
+func TestTruncateDetachesOrCopies(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	gpu := Capacity{Units: 16}
+	store, err := NewMemoryStore(l, gpu, Capacity{})
+	require.NoError(t, err)
+	var events []Event
+	c, err := New(Config{Layout: l, GPU: gpu, Mover: store, Events: func(e Event) { events = append(events, e) }})
+	require.NoError(t, err)
+	p, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
+	require.NoError(t, err)
+	// Only user, leaf: the block is detached, no copy.
+	tp, err := c.Truncate(p.Seq, 2)
+	require.NoError(t, err)
+	require.Zero(t, tp.CopiedUnits)
+	require.Equal(t, BlockRemoved, events[len(events)-1].Kind)
+	require.Equal(t, 1, c.Stats().Blocks)
+	_, err = c.Append(p.Seq, 6, 7)
+	require.NoError(t, err)
+	// Shared with a fork: copy on write.
+	f, err := c.Fork(p.Seq)
+	require.NoError(t, err)
+	require.Zero(t, f.CopiedUnits) // no partial block to copy
+	tp, err = c.Truncate(p.Seq, 1)
+	require.NoError(t, err)
+	require.Equal(t, 2, tp.CopiedUnits)
+	require.Len(t, tp.Copies, 2)
+	require.Equal(t, GPU, tp.Copies[0].From)
+	require.NoError(t, c.checkInvariants())
+	_, err = c.Truncate(p.Seq, 8)
+	require.ErrorIs(t, err, ErrOutOfRange)
+	require.ErrorContains(t, err, "truncate 8 tokens of a sequence of 7")
+}
+
+func TestEventsDescribeBlocks(t *testing.T) {
+	l := tinyLayout(t, layout.AllLayers, nil)
+	var events []Event
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: 2}, CPU: Capacity{Units: 2}, Events: func(e Event) { events = append(events, e) }})
+	require.NoError(t, err)
+	p, err := c.Acquire(Request{Tokens: seqTokens(8, 0), Namespace: "ns"})
+	require.NoError(t, err)
+	require.Len(t, events, 2)
+	require.Equal(t, BlockStored, events[0].Kind)
+	require.False(t, events[0].HasParent)
+	require.Equal(t, seqTokens(4, 0), events[0].Tokens)
+	require.Equal(t, "ns", events[0].Namespace)
+	require.True(t, events[1].HasParent)
+	require.Equal(t, events[0].Hash, events[1].ParentHash)
+	require.NoError(t, c.Release(p.Seq))
+	q, err := c.Acquire(Request{Tokens: seqTokens(4, 50)})
+	require.NoError(t, err)
+	kinds := []EventKind{}
+	for _, e := range events[2:] {
+		kinds = append(kinds, e.Kind)
+	}
+	require.Equal(t, []EventKind{UnitOffloaded, BlockStored}, kinds)
+	require.Equal(t, events[1].Hash, events[2].Hash) // the tail left first
+	require.NoError(t, c.Release(q.Seq))
+	require.NoError(t, c.Clear())
+	require.Equal(t, AllCleared, events[len(events)-1].Kind)
+	require.Zero(t, c.Stats().Blocks)
+	require.True(t, slices.ContainsFunc(events, func(e Event) bool { return e.Kind.String() == "offloaded" }))
+}
+
+func TestBadRequests(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: 8}})
+	require.NoError(t, err)
+	for name, p := range map[string]*Priorities{
+		"priority":       {Default: -1},
+		"duration":       {Default: 1, DefaultDuration: -1},
+		"empty range":    {Default: 1, Ranges: []PriorityRange{{Start: 3, End: 3}}},
+		"range priority": {Default: 1, Ranges: []PriorityRange{{Start: 0, End: 3, Priority: 101}}},
+		"range duration": {Default: 1, Ranges: []PriorityRange{{Start: 0, End: 3, Duration: -1}}},
+	} {
+		_, err := c.Acquire(Request{Tokens: seqTokens(4, 0), Priorities: p})
+		require.ErrorIs(t, err, ErrInvalidRequest, name)
+	}
+	_, err = c.Fork(42)
+	require.ErrorIs(t, err, ErrUnknownSequence)
+	require.ErrorContains(t, err, "42")
+	_, err = c.Len(42)
+	require.ErrorIs(t, err, ErrUnknownSequence)
+	_, err = c.Locate(42, 0, 0)
+	require.ErrorIs(t, err, ErrUnknownSequence)
+	_, err = c.SequenceTokens(nil, 42)
+	require.ErrorIs(t, err, ErrUnknownSequence)
+	p, err := c.Acquire(Request{Tokens: seqTokens(4, 0)})
+	require.NoError(t, err)
+	_, err = c.Locate(p.Seq, 1, 0)
+	require.ErrorIs(t, err, ErrOutOfRange)
+	_, err = c.Locate(p.Seq, 0, 2)
+	require.ErrorIs(t, err, ErrOutOfRange)
+	require.NoError(t, c.checkInvariants())
+}
+
+func TestMemoryStoreRejectsBadCopies(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	m, err := NewMemoryStore(l, Capacity{Units: 2}, Capacity{Units: 2})
+	require.NoError(t, err)
+	copy(m.Bytes(GPU, 0, 0), "abc")
+	err = m.Copy([]Copy{{From: GPU, FromSlot: 0, To: CPU, ToSlot: 1}, {From: GPU, FromSlot: 0, To: CPU, ToSlot: 2}})
+	require.ErrorIs(t, err, ErrInvalidCopy)
+	require.Zero(t, m.Bytes(CPU, 0, 1)[0], "nothing copied by a failed batch")
+	require.Nil(t, m.Bytes(Dropped, 0, 0))
+	require.Nil(t, m.Bytes(GPU, 1, 0))
+	require.NoError(t, m.Copy([]Copy{{From: GPU, FromSlot: 0, To: CPU, ToSlot: 1}}))
+	require.Equal(t, byte('a'), m.Bytes(CPU, 0, 1)[0])
+}
