@@ -43,9 +43,9 @@ func (c *Cache) Acquire(req Request) (Plan, error) {
 		return Plan{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
 	s := &sequence{
-		keys:     keys,
-		extra:    slices.Clone(req.Extra),
-		sparse:   req.Sparse,
+		keys:   keys,
+		extra:  slices.Clone(req.Extra),
+		sparse: req.Sparse,
 	}
 	if req.Priorities != nil {
 		p := *req.Priorities
