@@ -31,7 +31,7 @@ import (
 //
 // Pinning, as in TensorRT-LLM where a reused block is claimed and later
 // released at the back of its queue: a pinned key leaves its level's list
-// but keeps its priority and remaining duration (its history), and Unpin
+// but keeps its priority and duration (its history), and Unpin
 // appends it to the back of its level, as its most recent use.
 //
 // Algorithm: one slab-backed doubly linked list per priority level (101
@@ -66,15 +66,18 @@ type PrioritizedLRU[K comparable] struct {
 	// expiry time and then by when their timer started.
 	expiring stampHeap
 	timers   uint64
+	// durations holds each node's priority duration: how long its
+	// priority holds once it is evictable, 0 once it has expired or when it
+	// never does. It is kept apart from the nodes so that the list walks of
+	// Access and Evict touch 24-byte nodes, and it only grows as far as the
+	// highest node that ever had a duration (not at all when none does).
+	durations []time.Duration
 }
 
-// prioritizedMeta is PrioritizedLRU's per-key data.
+// prioritizedMeta is PrioritizedLRU's per-key data kept in the node.
 type prioritizedMeta struct {
-	// duration is how long the key's priority holds once it is evictable;
-	// 0 once it has expired or when it never does.
-	duration time.Duration
-	level    uint8
-	pinned   bool
+	level  uint8
+	pinned bool
 }
 
 var _ Policy[int] = (*PrioritizedLRU[int])(nil)
@@ -105,13 +108,12 @@ func (p *PrioritizedLRU[K]) Insert(k K, e Entry) error {
 	if _, ok := p.index[k]; ok {
 		return trackedKeyError(k)
 	}
-	m := prioritizedMeta{level: uint8(e.Priority - MinPriority)}
-	if e.Priority != DefaultPriority {
-		m.duration = e.PriorityDuration
-	}
-	i, err := p.slab.alloc(k, m)
+	i, err := p.slab.alloc(k, prioritizedMeta{level: uint8(e.Priority - MinPriority)})
 	if err != nil {
 		return err
+	}
+	if e.Priority != DefaultPriority {
+		p.setDuration(i, e.PriorityDuration)
 	}
 	p.index[k] = i
 	p.expire()
@@ -196,11 +198,11 @@ func (p *PrioritizedLRU[K]) Len() int {
 // release appends detached node i to the back of its level and starts its
 // priority timer.
 func (p *PrioritizedLRU[K]) release(i int32) {
-	m := &p.slab.nodes[i].meta
-	p.slab.pushBack(int32(m.level), i)
-	p.nonEmpty[m.level>>6] |= 1 << (m.level & 63)
-	if m.duration > 0 {
-		p.expiring.push(i, expiryTime(p.clock.Now(), m.duration), p.timers)
+	level := p.slab.nodes[i].meta.level
+	p.slab.pushBack(int32(level), i)
+	p.nonEmpty[level>>6] |= 1 << (level & 63)
+	if d := p.duration(i); d > 0 {
+		p.expiring.push(i, expiryTime(p.clock.Now(), d), p.timers)
 		p.timers++
 	}
 }
@@ -220,8 +222,29 @@ func (p *PrioritizedLRU[K]) forget(i int32) {
 	if !p.slab.nodes[i].meta.pinned {
 		p.detach(i)
 	}
+	p.setDuration(i, 0) // the node will be reused
 	delete(p.index, p.slab.nodes[i].key)
 	p.slab.release(i)
+}
+
+// duration returns node i's priority duration.
+func (p *PrioritizedLRU[K]) duration(i int32) time.Duration {
+	if int(i) < len(p.durations) {
+		return p.durations[i]
+	}
+	return 0
+}
+
+// setDuration sets node i's priority duration, growing durations only
+// when d is not zero.
+func (p *PrioritizedLRU[K]) setDuration(i int32, d time.Duration) {
+	if int(i) >= len(p.durations) {
+		if d == 0 {
+			return
+		}
+		p.durations = append(p.durations, make([]time.Duration, int(i)+1-len(p.durations))...)
+	}
+	p.durations[i] = d
 }
 
 // expire moves every evictable key whose priority has run out by now to the
@@ -234,9 +257,8 @@ func (p *PrioritizedLRU[K]) expire() {
 	for p.expiring.len() > 0 && p.expiring.min().at <= now {
 		i := p.expiring.min().node
 		p.detach(i) // also pops it from the heap
-		m := &p.slab.nodes[i].meta
-		m.level = DefaultPriority - MinPriority
-		m.duration = 0
+		p.slab.nodes[i].meta.level = DefaultPriority - MinPriority
+		p.setDuration(i, 0)
 		p.release(i)
 	}
 }
