@@ -40,7 +40,8 @@ type PoolInfo struct {
 	Tier Tier
 	// Pool is the layout pool index.
 	Pool int
-	// Slots is the number of unit slots of the arena.
+	// Slots is the number of unit slots of the arena; 0 for a tier with
+	// no capacity (the policy then never sees a key).
 	Slots int
 	// UnitBytes is the size of every unit in the arena.
 	UnitBytes int64
@@ -174,4 +175,36 @@ func PoolSlots(l *layout.Layout, c Capacity) ([]int, error) {
 		return nil, fmt.Errorf("%w: Layout is nil or not built by layout.New", ErrInvalidConfig)
 	}
 	return splitCapacity("tier", c, l.Pools())
+}
+
+// FIFOFactory builds an eviction.FIFO per arena.
+func FIFOFactory(PoolInfo) (eviction.Policy[UnitID], error) {
+	return eviction.NewFIFO[UnitID](), nil
+}
+
+// PrioritizedLRUFactory builds an eviction.PrioritizedLRU per arena, reading
+// priority expiries from the cache's clock. Request.Priorities feed it.
+func PrioritizedLRUFactory(info PoolInfo) (eviction.Policy[UnitID], error) {
+	return eviction.NewPrioritizedLRU[UnitID](info.Clock), nil
+}
+
+// S3FIFOFactory returns a factory of eviction.S3FIFO policies configured by
+// cfg, with Capacity set to the arena's slots (at least 1: an arena of zero
+// slots never inserts) when cfg.Capacity is 0.
+func S3FIFOFactory(cfg eviction.S3FIFOConfig) PolicyFactory {
+	return func(info PoolInfo) (eviction.Policy[UnitID], error) {
+		c := cfg
+		if c.Capacity == 0 {
+			c.Capacity = int64(max(1, info.Slots))
+		}
+		return eviction.NewS3FIFO[UnitID](c)
+	}
+}
+
+// RetentionFactory returns a factory of eviction.Retention policies (cost
+// aware, Pensieve) pricing units with cost and reading the cache's clock.
+func RetentionFactory(cost costmodel.Recompute) PolicyFactory {
+	return func(info PoolInfo) (eviction.Policy[UnitID], error) {
+		return eviction.NewRetention[UnitID](info.Clock, cost)
+	}
 }

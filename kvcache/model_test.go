@@ -95,15 +95,19 @@ type modelConfig struct {
 	cost    *costmodel.Model
 }
 
+func constFactory(f PolicyFactory) func() PolicyFactory { return func() PolicyFactory { return f } }
+
 func modelConfigs() []modelConfig {
-	fifo := func() PolicyFactory {
-		return func(PoolInfo) (eviction.Policy[UnitID], error) { return eviction.NewFIFO[UnitID](), nil }
-	}
 	return []modelConfig{
 		{name: "paged-lru", kind: layout.PagedLayer, gpu: Capacity{Units: 30}, cpu: Capacity{Units: 20}},
 		{name: "bsa-lru", kind: layout.BSA, gpu: Capacity{Units: 60}, cpu: Capacity{Units: 40}},
 		{name: "paged-window", kind: layout.PagedLayer, windows: []int{6, 0}, gpu: Capacity{Units: 30}, cpu: Capacity{Units: 16}},
-		{name: "alllayers-nocpu-fifo", kind: layout.AllLayers, gpu: Capacity{Units: 14}, policy: fifo},
+		{name: "alllayers-nocpu-fifo", kind: layout.AllLayers, gpu: Capacity{Units: 14}, policy: constFactory(FIFOFactory)},
+		{name: "paged-prioritized", kind: layout.PagedLayer, gpu: Capacity{Units: 30}, cpu: Capacity{Units: 20}, policy: constFactory(PrioritizedLRUFactory)},
+		{name: "bsa-s3fifo", kind: layout.BSA, windows: []int{0, 8}, gpu: Capacity{Units: 60}, cpu: Capacity{Units: 40},
+			policy: constFactory(S3FIFOFactory(eviction.S3FIFOConfig{}))},
+		{name: "paged-retention", kind: layout.PagedLayer, gpu: Capacity{Units: 30}, cpu: Capacity{Units: 20},
+			policy: constFactory(RetentionFactory(costmodel.Recompute{Alpha: 1e-6, Beta: 1e-3}))},
 		{name: "bsa-cost", kind: layout.BSA, gpu: Capacity{Units: 60}, cpu: Capacity{Bytes: 40 * 16},
 			cost: &costmodel.Model{Recompute: costmodel.Recompute{Beta: 2e-7}, Link: costmodel.Link{BytesPerSecond: 1e9}}},
 	}
@@ -127,6 +131,7 @@ type harness struct {
 	order  []SeqID
 	bases  [][]uint32
 	res    SparseResult
+	clock  *eviction.ManualClock
 	events []Event
 	steps  int
 	// counts of what happened, to show the test exercised each path
@@ -140,8 +145,8 @@ func newHarness(t testing.TB, mc modelConfig, choose func(int) int) *harness {
 	store, err := NewMemoryStore(l, mc.gpu, mc.cpu)
 	require.NoError(t, err)
 	h := &harness{t: t, store: store, mover: &faultyMover{inner: store}, lay: l, choose: choose,
-		ref: map[SeqID]*refSeq{}, counts: map[string]int{}}
-	cfg := Config{Layout: l, GPU: mc.gpu, CPU: mc.cpu, Mover: h.mover, CostModel: mc.cost,
+		ref: map[SeqID]*refSeq{}, counts: map[string]int{}, clock: &eviction.ManualClock{}}
+	cfg := Config{Layout: l, GPU: mc.gpu, CPU: mc.cpu, Mover: h.mover, CostModel: mc.cost, Clock: h.clock,
 		Events: func(e Event) { h.events = append(h.events, e) }}
 	if mc.policy != nil {
 		cfg.GPUPolicy, cfg.CPUPolicy = mc.policy(), mc.policy()
@@ -404,6 +409,7 @@ func (h *harness) expectUnchanged(before snapshot, err error, sentinels ...error
 
 func (h *harness) step() {
 	h.steps++
+	h.clock.Advance(time.Duration(1+h.choose(3)) * 100 * time.Millisecond)
 	c := h.c
 	before := h.snapshot()
 	pinnedBefore := h.pinnedSlots()
@@ -666,8 +672,8 @@ func runModel(t testing.TB, mc modelConfig, seed uint64, steps int) *harness {
 
 func TestModelRandomized(t *testing.T) {
 	steps := 3000
-	if testing.Short() {
-		steps = 500
+	if testing.Short() || raceEnabled {
+		steps = 800
 	}
 	for _, mc := range modelConfigs() {
 		t.Run(mc.name, func(t *testing.T) {
