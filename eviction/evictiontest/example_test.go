@@ -12,11 +12,20 @@ import (
 // suite's Config. A policy that reads time must take cfg.Clock; a
 // capacity-aware one takes cfg.Capacity.
 func ExampleRun() {
-	// In a _test.go file next to the policy:
-	testLRU := func(t *testing.T) {
+	// In a _test.go file next to the policy, as a func TestXxx(t *testing.T):
+	testPrioritizedLRU := func(t *testing.T) {
 		evictiontest.Run(t, func(cfg evictiontest.Config) eviction.Policy[int] {
-			return eviction.NewLRU[int]()
+			return eviction.NewPrioritizedLRU[int](cfg.Clock)
 		})
 	}
-	_ = testLRU // func TestLRU(t *testing.T) { evictiontest.Run(t, ...) }
+	testS3FIFO := func(t *testing.T) {
+		evictiontest.Run(t, func(cfg evictiontest.Config) eviction.Policy[int] {
+			p, err := eviction.NewS3FIFO[int](eviction.S3FIFOConfig{Capacity: cfg.Capacity})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return p
+		})
+	}
+	_, _ = testPrioritizedLRU, testS3FIFO
 }
