@@ -76,8 +76,10 @@ func LRUFactory(PoolInfo) (eviction.Policy[UnitID], error) {
 }
 
 // EventSink receives the cache's events, in the order they happened. It is
-// called without the cache's lock held (see Cache), from whichever goroutine
-// is delivering; it may call the cache.
+// called without the cache's lock held (see Cache), from one goroutine at a
+// time: whichever is delivering, so an operation may return before its
+// events are delivered by another goroutine. It may call the cache; it must
+// not panic.
 type EventSink func(Event)
 
 // Config describes a Cache. Layout and GPU are required; every other field
