@@ -1,0 +1,95 @@
+package replay_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/kvtier/kvtier/eviction"
+	"github.com/kvtier/kvtier/eviction/replay"
+	"github.com/kvtier/kvtier/eviction/trace"
+)
+
+// benchTrace is cloudPhysicsIO decoded in memory, or, when the shared
+// folder is absent, a generated trace of the same length with Zipf keys and
+// block-I/O-like sizes.
+func benchTrace(b *testing.B) (name string, reqs []trace.Request) {
+	b.Helper()
+	if _, err := os.Stat(cloudPhysicsPath); err == nil {
+		return "cloudPhysicsIO", loadCloudPhysics(b)
+	}
+	return "generated", generatedTrace(113872, 50000, 1)
+}
+
+// generatedTrace returns n requests over a universe of objects with Zipf
+// popularity and sizes of 512 B to 64 KiB fixed per object.
+func generatedTrace(n, universe int, seed uint64) []trace.Request {
+	rng := rand.New(rand.NewPCG(seed, 99))
+	zipf := rand.NewZipf(rng, 1.0001, 8, uint64(universe-1))
+	sizes := make([]int64, universe)
+	for i := range sizes {
+		sizes[i] = 512 << rng.IntN(8)
+	}
+	reqs := make([]trace.Request, n)
+	for i := range reqs {
+		id := zipf.Uint64()
+		reqs[i] = trace.Request{Time: int64(i / 16), ID: id + 1000, Size: sizes[id], NextAccess: -1}
+	}
+	return reqs
+}
+
+// BenchmarkReplay measures the replay loop on a trace decoded in memory,
+// so reading is not measured: one iteration replays the whole trace into a
+// fresh policy. req/s is requests replayed per second of the loop.
+//
+//	go test -run '^$' -bench '^BenchmarkReplay$' -benchtime 20x ./eviction/replay/
+func BenchmarkReplay(b *testing.B) {
+	name, reqs := benchTrace(b)
+	policies := []struct {
+		name string
+		new  func(capacity int64) eviction.Policy[uint64]
+	}{
+		{"LRU", func(int64) eviction.Policy[uint64] { return eviction.NewLRU[uint64]() }},
+		{"FIFO", func(int64) eviction.Policy[uint64] { return eviction.NewFIFO[uint64]() }},
+		{"S3FIFO", func(c int64) eviction.Policy[uint64] {
+			p, err := eviction.NewS3FIFO[uint64](eviction.S3FIFOConfig{Capacity: c})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return p
+		}},
+	}
+	prepared := replay.Prepare(reqs)
+	runners := []struct {
+		name string
+		run  func(eviction.Policy[uint64], replay.Config) (replay.Result, error)
+	}{
+		{"Requests", func(p eviction.Policy[uint64], cfg replay.Config) (replay.Result, error) {
+			return replay.RunRequests(p, reqs, cfg)
+		}},
+		{"Prepared", prepared.Run},
+	}
+	for _, r := range runners {
+		for _, p := range policies {
+			for _, capacity := range []int64{128 * mib, 1024 * mib} {
+				b.Run(fmt.Sprintf("%s/%s/%s/%dMiB", r.name, name, p.name, capacity/mib), func(b *testing.B) {
+					b.ReportAllocs()
+					var loop time.Duration
+					var missRatio float64
+					for b.Loop() {
+						res, err := r.run(p.new(capacity), replay.Config{Capacity: capacity})
+						if err != nil {
+							b.Fatal(err)
+						}
+						loop += res.Elapsed
+						missRatio = res.MissRatio()
+					}
+					b.ReportMetric(float64(len(reqs))*float64(b.N)/loop.Seconds(), "req/s")
+					b.ReportMetric(missRatio, "miss-ratio")
+				})
+			}
+		}
+	}
+}

@@ -1,0 +1,59 @@
+package replay
+
+import (
+	"github.com/kvtier/kvtier/eviction"
+	"github.com/kvtier/kvtier/eviction/trace"
+)
+
+// Prepared is a trace held in memory with its object ids renumbered 0, 1,
+// 2, ... in order of first request, so that a replay indexes cached objects
+// in a slice instead of a hash map. Prepare a trace once to replay it many
+// times (several policies, several cache sizes) at full speed. A Prepared
+// never changes after [Prepare] returns it and may be replayed by several
+// goroutines at once, each with its own policy.
+type Prepared struct {
+	reqs []trace.Request // ids replaced by dense ids
+	ids  []uint64        // dense id -> trace id
+}
+
+// Prepare renumbers the objects of reqs and returns the result. reqs is
+// copied, not changed.
+func Prepare(reqs []trace.Request) *Prepared {
+	dense := make(map[uint64]uint64)
+	p := &Prepared{reqs: make([]trace.Request, len(reqs))}
+	for i, q := range reqs {
+		d, ok := dense[q.ID]
+		if !ok {
+			d = uint64(len(p.ids))
+			dense[q.ID] = d
+			p.ids = append(p.ids, q.ID)
+		}
+		q.ID = d
+		p.reqs[i] = q
+	}
+	return p
+}
+
+// Len returns the number of requests.
+func (t *Prepared) Len() int { return len(t.reqs) }
+
+// Objects returns the number of distinct objects.
+func (t *Prepared) Objects() int { return len(t.ids) }
+
+// TraceID returns the trace's id of dense id d, which must be below
+// Objects().
+func (t *Prepared) TraceID(d uint64) uint64 { return t.ids[d] }
+
+// Run replays the trace through p like [RunRequests], with one difference:
+// the keys p sees are the dense ids, not the trace's ids (translate them
+// with TraceID). A policy whose choices do not depend on the values of its
+// keys, as every policy of package eviction, makes the same choices and
+// gives the same Result; the package tests check this for LRU, FIFO and
+// S3-FIFO. Errors are those of [Run], naming trace ids.
+func (t *Prepared) Run(p eviction.Policy[uint64], cfg Config) (Result, error) {
+	c, err := newCache(p, cfg, denseIndex{make([]int64, len(t.ids))}, t.ids)
+	if err != nil {
+		return Result{}, err
+	}
+	return c.run(t.reqs)
+}
