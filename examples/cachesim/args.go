@@ -1,0 +1,214 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/kvtier/kvtier/eviction/replay"
+	"github.com/kvtier/kvtier/eviction/trace"
+)
+
+// errUsage reports command-line arguments that cannot be run.
+var errUsage = errors.New("usage")
+
+// options is everything the command line says.
+type options struct {
+	tracePath string
+	format    trace.Format
+	traceOpts trace.Options
+	policies  []string
+	sizes     []int64
+
+	ignoreObjSize bool
+	asJSON        bool
+	stream        bool
+	parallel      int
+
+	s3SmallRatio, s3GhostRatio float64
+	s3Threshold                int
+
+	timeSource replay.TimeSource
+	timeUnit   time.Duration
+}
+
+// policyNames lists the POLICIES cachesim knows.
+var policyNames = []string{"lru", "fifo", "s3fifo", "plru", "retention"}
+
+// parseArgs parses the flags, which may come before, between or after the
+// four positional arguments.
+func parseArgs(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("cachesim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: cachesim [flags] TRACE TYPE POLICIES SIZES [flags]")
+		fmt.Fprintln(stderr, "  TYPE: oracleGeneral, txt or csv; POLICIES: "+strings.Join(policyNames, ",")+"; SIZES: e.g. 128MiB,1GiB or 1000 with --ignore-obj-size")
+		fs.PrintDefaults()
+	}
+	fs.BoolVar(&o.ignoreObjSize, "ignore-obj-size", false, "count every object as size 1: SIZES are numbers of objects")
+	fs.BoolVar(&o.asJSON, "json", false, "print one JSON object per line")
+	fs.BoolVar(&o.stream, "stream", false, "re-read the trace file for every replay instead of decoding it into memory once")
+	fs.IntVar(&o.parallel, "parallel", 1, "replays to run at once (in-memory mode)")
+	fs.IntVar(&o.traceOpts.CSV.TimeColumn, "csv-time-col", 0, "csv: 1-based column of the timestamp (0: none)")
+	fs.IntVar(&o.traceOpts.CSV.IDColumn, "csv-id-col", 1, "csv: 1-based column of the object id")
+	fs.IntVar(&o.traceOpts.CSV.SizeColumn, "csv-size-col", 0, "csv: 1-based column of the object size (0: every size is 1)")
+	fs.BoolVar(&o.traceOpts.CSV.HasHeader, "csv-header", false, "csv: the first line is a header")
+	delim := fs.String("csv-delimiter", ",", "csv: field delimiter, one character (\\t for a tab)")
+	hashIDs := fs.Bool("hash-ids", false, "txt/csv: object ids are names, hashed to 64 bits (default: decimal numbers)")
+	fs.Float64Var(&o.s3SmallRatio, "s3fifo-small-ratio", 0.10, "s3fifo: share of the cache given to the small queue")
+	fs.Float64Var(&o.s3GhostRatio, "s3fifo-ghost-ratio", 0.90, "s3fifo: size of the ghost queue, as a share of the cache")
+	fs.IntVar(&o.s3Threshold, "s3fifo-threshold", 2, "s3fifo: hits in the small queue that move an object to main (libCacheSim: 2; S3-FIFO paper: 1)")
+	timeSrc := fs.String("time", "virtual", "clock of plru and retention: virtual (one tick per request) or trace (the trace's timestamps)")
+	fs.DurationVar(&o.timeUnit, "time-unit", time.Second, "with -time trace: the duration of one unit of the trace's timestamps")
+
+	var pos []string
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			return o, err
+		}
+		rest = fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		pos = append(pos, rest[0])
+		rest = rest[1:]
+	}
+	if len(pos) != 4 {
+		fs.Usage()
+		return o, fmt.Errorf("%w: want 4 arguments (TRACE TYPE POLICIES SIZES), got %d: %q", errUsage, len(pos), pos)
+	}
+
+	o.tracePath = pos[0]
+	var err error
+	if o.format, err = trace.ParseFormat(pos[1]); err != nil {
+		return o, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if o.policies, err = parsePolicies(pos[2]); err != nil {
+		return o, err
+	}
+	if o.sizes, err = parseSizes(pos[3]); err != nil {
+		return o, err
+	}
+	o.traceOpts.HashIDs = *hashIDs
+	o.traceOpts.CSV.HashIDs = *hashIDs
+	if o.traceOpts.CSV.Delimiter, err = parseDelimiter(*delim); err != nil {
+		return o, err
+	}
+	switch *timeSrc {
+	case "virtual":
+		o.timeSource = replay.VirtualTime
+	case "trace":
+		o.timeSource = replay.TraceTime
+	default:
+		return o, fmt.Errorf("%w: -time %q: want virtual or trace", errUsage, *timeSrc)
+	}
+	if o.parallel < 1 {
+		return o, fmt.Errorf("%w: -parallel %d must be at least 1", errUsage, o.parallel)
+	}
+	return o, nil
+}
+
+func parsePolicies(s string) ([]string, error) {
+	var out []string
+	for _, name := range strings.Split(s, ",") {
+		name = strings.ToLower(strings.TrimSpace(name))
+		if name == "s3-fifo" {
+			name = "s3fifo"
+		}
+		known := false
+		for _, p := range policyNames {
+			known = known || p == name
+		}
+		if !known {
+			return nil, fmt.Errorf("%w: unknown policy %q (want %s)", errUsage, name, strings.Join(policyNames, ", "))
+		}
+		out = append(out, name)
+	}
+	return out, nil
+}
+
+func parseDelimiter(s string) (rune, error) {
+	if s == `\t` {
+		return '\t', nil
+	}
+	r, n := utf8.DecodeRuneInString(s)
+	if n == 0 || n != len(s) || r == utf8.RuneError {
+		return 0, fmt.Errorf("%w: -csv-delimiter %q must be one character", errUsage, s)
+	}
+	return r, nil
+}
+
+// sizeUnits maps a unit suffix (lower case) to its multiplier.
+var sizeUnits = []struct {
+	suffix string
+	mult   float64
+}{
+	{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40},
+	{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12},
+	{"b", 1},
+}
+
+// parseSize parses a cache size: a number, optionally fractional, with an
+// optional unit. The result is truncated to an integer and must be >= 1.
+func parseSize(s string) (int64, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	mult := 1.0
+	for _, u := range sizeUnits {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+			break
+		}
+	}
+	if n, err := strconv.ParseInt(t, 10, 64); err == nil && mult == 1 {
+		if n < 1 {
+			return 0, fmt.Errorf("%w: cache size %q must be at least 1", errUsage, s)
+		}
+		return n, nil
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("%w: cache size %q is not a number with an optional unit (KiB, MiB, GiB, TiB, KB, MB, GB, TB)", errUsage, s)
+	}
+	bytes := v * mult
+	if bytes < 1 || bytes >= math.MaxInt64 {
+		return 0, fmt.Errorf("%w: cache size %q is out of range", errUsage, s)
+	}
+	return int64(bytes), nil
+}
+
+func parseSizes(s string) ([]int64, error) {
+	var out []int64
+	for _, f := range strings.Split(s, ",") {
+		n, err := parseSize(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// formatSize prints a size the way the user most likely wrote it: with the
+// largest binary unit that divides it exactly, else as a plain number.
+func formatSize(n int64, objects bool) string {
+	if objects {
+		return strconv.FormatInt(n, 10)
+	}
+	for _, u := range []struct {
+		name string
+		mult int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.mult && n%u.mult == 0 {
+			return strconv.FormatInt(n/u.mult, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync"
+
+	"github.com/kvtier/kvtier/costmodel"
+	"github.com/kvtier/kvtier/eviction"
+	"github.com/kvtier/kvtier/eviction/replay"
+	"github.com/kvtier/kvtier/eviction/trace"
+)
+
+// result is one replay's outcome, with what identifies it.
+type result struct {
+	trace  string
+	policy string
+	size   int64
+	replay.Result
+}
+
+// job is one replay to run: a policy at a cache size.
+type job struct {
+	policy string
+	size   int64
+}
+
+// newPolicy builds the named policy for a cache of capacity units, reading
+// clock.
+func newPolicy(o options, name string, capacity int64, clock eviction.Clock) (eviction.Policy[uint64], error) {
+	switch name {
+	case "lru":
+		return eviction.NewLRU[uint64](), nil
+	case "fifo":
+		return eviction.NewFIFO[uint64](), nil
+	case "s3fifo":
+		return eviction.NewS3FIFO[uint64](eviction.S3FIFOConfig{
+			Capacity:            capacity,
+			SmallRatio:          o.s3SmallRatio,
+			GhostRatio:          o.s3GhostRatio,
+			MoveToMainThreshold: o.s3Threshold,
+		})
+	case "plru":
+		return eviction.NewPrioritizedLRU[uint64](clock), nil
+	case "retention":
+		// One cost for every object: a block-I/O trace says nothing of
+		// context lengths or layers (see the package documentation).
+		return eviction.NewRetention[uint64](clock, costmodel.Recompute{
+			Beta: 1, LayerWeight: costmodel.Flat, PositionWeight: costmodel.Flat,
+		})
+	}
+	return nil, fmt.Errorf("%w: unknown policy %q", errUsage, name)
+}
+
+// simulate runs every policy at every size and returns the results in the
+// order policies x sizes.
+func simulate(o options) ([]result, error) {
+	var jobs []job
+	for _, p := range o.policies {
+		for _, s := range o.sizes {
+			jobs = append(jobs, job{p, s})
+		}
+	}
+	// Check every policy's parameters before reading the trace.
+	for _, j := range jobs {
+		if _, err := newPolicy(o, j.policy, j.size, new(eviction.ManualClock)); err != nil {
+			return nil, fmt.Errorf("%s at size %d: %w", j.policy, j.size, err)
+		}
+	}
+
+	var prepared *replay.Prepared
+	if !o.stream {
+		f, err := trace.OpenFile(o.tracePath, o.format, o.traceOpts)
+		if err != nil {
+			return nil, err
+		}
+		reqs, err := trace.Load(f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", o.tracePath, err)
+		}
+		prepared = replay.Prepare(reqs)
+	}
+
+	results := make([]result, len(jobs))
+	errs := make([]error, len(jobs))
+	workers := o.parallel
+	if o.stream {
+		workers = 1
+	}
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				results[i], errs[i] = runJob(o, jobs[i], prepared)
+			}
+		}()
+	}
+	for i := range jobs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("%s at size %s: %w", jobs[i].policy, formatSize(jobs[i].size, o.ignoreObjSize), err)
+		}
+	}
+	return results, nil
+}
+
+// runJob replays the trace once, from memory when prepared is not nil,
+// else from the file.
+func runJob(o options, j job, prepared *replay.Prepared) (result, error) {
+	clock := new(eviction.ManualClock)
+	p, err := newPolicy(o, j.policy, j.size, clock)
+	if err != nil {
+		return result{}, err
+	}
+	cfg := replay.Config{
+		Capacity:         j.size,
+		IgnoreObjectSize: o.ignoreObjSize,
+		Clock:            clock,
+		Time:             o.timeSource,
+		TimeUnit:         o.timeUnit,
+	}
+	var res replay.Result
+	if prepared != nil {
+		res, err = prepared.Run(p, cfg)
+	} else {
+		var f *trace.File
+		if f, err = trace.OpenFile(o.tracePath, o.format, o.traceOpts); err != nil {
+			return result{}, err
+		}
+		res, err = replay.Run(p, f, cfg)
+		f.Close()
+	}
+	if err != nil {
+		return result{}, err
+	}
+	return result{trace: filepath.Base(o.tracePath), policy: j.policy, size: j.size, Result: res}, nil
+}
