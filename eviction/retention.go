@@ -100,8 +100,9 @@ import (
 // context) combinations, so g is in the thousands however many keys there
 // are. With arbitrary costs g can reach n; the bounds above still hold.
 // Memory is about 40 bytes per key plus its map entry, and per distinct
-// cost about 24 bytes, a map entry and two 32-byte tournament nodes (up to
-// four, the tree's width being a power of two).
+// cost about 24 bytes, a map entry and two tournament nodes of 40 bytes
+// (32 for the node, 8 for its certificate; up to four nodes, the tree's
+// width being a power of two).
 //
 // # Contract
 //

@@ -245,7 +245,7 @@ func BenchmarkRetentionEvict(b *testing.B) {
 		for _, mk := range []func() retentionWorkload{seedWorkload, continuousWorkload} {
 			w := mk()
 			b.Run(fmt.Sprintf("costs=%s/n=%s/policy=kinetic", w.name, sizeName(n)), func(b *testing.B) {
-				verifyVictims(b, &w, n, max(200, 200000/n*10))
+				verifyVictims(b, &w, n, max(200, 2_000_000/n))
 				clock := &ManualClock{}
 				p, err := NewRetention[int](clock, w.cost)
 				if err != nil {

@@ -156,24 +156,42 @@ var emptyTournamentNode = tournamentNode{melt: neverTime}
 // common case when every cost is distinct, so pays for one path, not two.
 type tournament struct {
 	nodes []tournamentNode
+	// cert[i] is node i's own certificate: when the winner of its two
+	// children, as they were when it was computed, stops winning. It lets
+	// a node whose children kept their candidates skip the comparison.
+	cert  []int64
 	size  int
 	dirty int // leaf whose ancestors are stale, or -1
 }
 
 func newTournament() tournament {
-	return tournament{nodes: []tournamentNode{emptyTournamentNode, emptyTournamentNode}, size: 1, dirty: -1}
+	return tournament{
+		nodes: []tournamentNode{emptyTournamentNode, emptyTournamentNode},
+		cert:  []int64{neverTime, neverTime},
+		size:  1,
+		dirty: -1,
+	}
 }
 
-// advanceNode brings node i and its subtree up to date at time now. The
-// subtree must not contain the dirty leaf's stale ancestors.
-func (tr *tournament) advanceNode(i int, now int64) {
+// advanceNode brings node i and its subtree up to date at time now and
+// reports whether the node's candidate changed. The subtree must not
+// contain the dirty leaf's stale ancestors.
+func (tr *tournament) advanceNode(i int, now int64) bool {
 	if tr.nodes[i].melt > now {
-		return
+		return false
 	}
 	// Leaves never melt, so i is internal.
-	tr.advanceNode(2*i, now)
-	tr.advanceNode(2*i+1, now)
+	changedA := tr.advanceNode(2*i, now)
+	changedB := tr.advanceNode(2*i+1, now)
+	if !changedA && !changedB && tr.cert[i] > now {
+		// Same contenders, own certificate still good: only a descendant's
+		// certificate had expired.
+		tr.nodes[i].melt = min(tr.cert[i], tr.nodes[2*i].melt, tr.nodes[2*i+1].melt)
+		return false
+	}
+	old := tr.nodes[i].seq
 	tr.pull(i, now)
+	return tr.nodes[i].seq != old
 }
 
 // pull recomputes node i from its children, which must be up to date.
@@ -182,8 +200,10 @@ func (tr *tournament) pull(i int, now int64) {
 	switch {
 	case a.seq == 0:
 		tr.nodes[i] = *b
+		tr.cert[i] = neverTime
 	case b.seq == 0:
 		tr.nodes[i] = *a
+		tr.cert[i] = neverTime
 	default:
 		// precedes is a strict total order (stamps are unique), so b wins
 		// exactly when it precedes a.
@@ -191,8 +211,9 @@ func (tr *tournament) pull(i int, now int64) {
 		if precedes(&b.candidate, &a.candidate, now) {
 			w, l = b, a
 		}
-		melt := min(failureTime(&w.candidate, &l.candidate, now), a.melt, b.melt)
-		tr.nodes[i] = tournamentNode{candidate: w.candidate, melt: melt}
+		cert := failureTime(&w.candidate, &l.candidate, now)
+		tr.cert[i] = cert
+		tr.nodes[i] = tournamentNode{candidate: w.candidate, melt: min(cert, a.melt, b.melt)}
 	}
 }
 
@@ -279,7 +300,7 @@ func (tr *tournament) grow(n int, now int64) {
 		nodes[i] = emptyTournamentNode
 	}
 	nodes[0] = emptyTournamentNode
-	tr.nodes, tr.size, tr.dirty = nodes, size, -1
+	tr.nodes, tr.cert, tr.size, tr.dirty = nodes, make([]int64, 2*size), size, -1
 	// Children before parents: every internal node from its fresh children.
 	for i := size - 1; i >= 1; i-- {
 		tr.pull(i, now)
