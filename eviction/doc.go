@@ -1,5 +1,60 @@
 // Package eviction defines the Policy interface that decides which cached
-// key leaves next, and the policies kvtier ships.
+// key leaves next, the policies kvtier ships, and the Clock they read.
 //
-// (Overview of the algorithms: written as they land.)
+// A policy only orders keys. Its owner keeps the bytes and the capacity: a
+// kvcache tier (where most keys are pinned by running requests) or the
+// classic-cache replay of package replay (where every request is a lookup and
+// a miss inserts). The same policy value serves either, so a policy written
+// for a server can be tested alone on a real trace. Package evictiontest is a
+// conformance suite that any implementation, shipped or user-written, runs
+// with one call.
+//
+// # The policies
+//
+//	policy          evicts first                         per op        source
+//	LRU             least recently used                  O(1)          -
+//	FIFO            first inserted                       O(1)          -
+//	PrioritizedLRU  lowest priority level, LRU within    O(1)          TensorRT-LLM
+//	S3FIFO          one-hit wonders from a small queue,  O(1) amort.   libCacheSim (Dec 2024)
+//	                then a 2-bit CLOCK over main
+//	Retention       lowest cost/(now - last use)         O(log g)      Pensieve
+//
+// LRU is the baseline every serving engine starts from (vLLM's free-block
+// queue is an LRU over released blocks). It is defeated by loops larger than
+// the cache: a decode step that walks every layer's units in the same order
+// evicts each unit just before it is needed again.
+//
+// FIFO ignores hits entirely. It is the cheapest policy and a useful floor;
+// in kvcache it keeps a key's insertion place while the key is pinned, so it
+// stays a FIFO even though every key is pinned while in use.
+//
+// PrioritizedLRU follows TensorRT-LLM's KvCacheRetentionConfig: priorities 0
+// to 100 (default 35), the lowest non-empty level emptied first, and a
+// priority that may expire back to the default after a duration. A server
+// uses it to keep system prompts and drop decode tokens early. Choosing the
+// victim is a trailing-zeros count on a 128-bit bitmap of non-empty levels.
+//
+// S3FIFO (Yang et al., SOSP 2023) puts new keys in a small FIFO (10% of the
+// capacity), promotes keys hit at least twice to a main FIFO on their way
+// out, and remembers evicted keys in a ghost queue so that a quick return goes
+// straight to main. It resists scans and loops better than LRU at the same
+// cost. It follows libCacheSim's code closely enough that a replay of
+// libCacheSim's cloudPhysicsIO trace gives libCacheSim's published miss counts
+// exactly (see package replay).
+//
+// Retention is Pensieve's cost-aware policy: a key's cost is its recompute
+// cost from package costmodel (linear in context, optionally weighted by layer
+// and position), and the victim is the key with the lowest cost per second of
+// inactivity, chosen exactly (the same victim as an exhaustive scan, compared
+// in 128-bit integer arithmetic) by a kinetic tournament over groups of equal
+// cost; g is the number of distinct costs, small in a kvcache where costs come
+// from (layer, chunk) pairs.
+//
+// # Contract
+//
+// Policies are not safe for concurrent use; the owner serializes calls, as a
+// kvcache.Cache does under its lock. Hot operations allocate nothing once the
+// number of tracked keys stops growing. Evict never returns a pinned key, and
+// a pinned key keeps its history (recency, frequency, priority, last use).
+// Measured costs are in BENCHMARKS.md at the repository root.
 package eviction
