@@ -82,16 +82,21 @@ func unlimitedTokens(reqs []request) int64 {
 // reuse exactly what the ids say is shared, under every policy: nothing is
 // ever evicted.
 func TestUnlimitedEqualsDirectCount(t *testing.T) {
-	traces := map[string][]request{"synthetic": synthTrace(1, 400)}
+	traces := map[string][]request{"synthetic": synthTrace(1, 250)}
 	if _, err := os.Stat(mooncakeTrace); err == nil {
-		traces["mooncake-first-500"] = loadMooncake(t)[:500]
+		traces["mooncake-first-200"] = loadMooncake(t)[:200]
 	}
 	for name, reqs := range traces {
 		b := unlimitedBound(reqs)
 		require.Positive(t, b.blockHits, name)
+		var settings []setting
 		for _, p := range policyNames {
-			res, err := simulate(reqs, setting{policy: p, capacityTokens: unlimitedTokens(reqs)}, testOptions())
-			require.NoError(t, err, "%s %s", name, p)
+			settings = append(settings, setting{policy: p, capacityTokens: unlimitedTokens(reqs)})
+		}
+		rows, err := simulateAll(reqs, settings, testOptions())
+		require.NoError(t, err, name)
+		for _, res := range rows {
+			p := res.Policy
 			assert.Equal(t, b.blocks, res.Blocks, "%s %s", name, p)
 			assert.Equal(t, b.blockHits, res.BlockHits, "%s %s: block hits", name, p)
 			assert.Equal(t, b.blockHits, res.prefixHits, "%s %s: prefix hits", name, p)
@@ -142,7 +147,7 @@ func TestLRUHitsGrowWithCapacity(t *testing.T) {
 // The trace has no priorities, so the prioritized LRU is LRU; and the
 // synthesized tokens and hash seed change nothing.
 func TestPLRUIsLRUAndSeedDoesNotMatter(t *testing.T) {
-	reqs := synthTrace(3, 500)
+	reqs := synthTrace(3, 300)
 	capTokens := int64(16 << 10)
 	strip := func(r result) result { r.elapsed = 0; r.Policy = ""; return r }
 	lru, err := simulate(reqs, setting{policy: "lru", capacityTokens: capTokens}, testOptions())
@@ -199,8 +204,13 @@ func writeTrace(t *testing.T, reqs []request) string {
 // (policy, capacity), with ratios that agree with the counts.
 func TestRunJSON(t *testing.T) {
 	path := writeTrace(t, synthTrace(4, 300))
+	svg := filepath.Join(t.TempDir(), "hits.svg")
 	var out bytes.Buffer
-	require.NoError(t, run([]string{"-trace", path, "-json", "-capacity-tokens", "4K,16K,unlimited", "-policy", "lru,s3fifo"}, &out))
+	require.NoError(t, run([]string{"-trace", path, "-json", "-svg", svg, "-capacity-tokens", "4K,16K,unlimited", "-policy", "lru,s3fifo"}, &out))
+	plot, err := os.ReadFile(svg)
+	require.NoError(t, err)
+	assert.True(t, bytes.HasPrefix(plot, []byte("<svg ")))
+	assert.Equal(t, 3, bytes.Count(plot, []byte("<polyline")), "one line per policy and the unlimited bound")
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	require.Len(t, lines, 6)
 	want := []string{"block_hit_ratio", "block_hits", "blocks", "capacity_tokens", "max_block_hit_ratio", "policy", "requests", "token_hit_ratio"}
