@@ -29,13 +29,16 @@ import (
 // Acquire returns an error wrapping ErrInvalidRequest for bad priorities or
 // extra keys, ErrNoSpace when the GPU cannot supply the slots (everything
 // else pinned) and ErrCopyFailed when the Mover failed; the cache is then
-// unchanged.
+// unchanged. A policy that broke its contract makes it fail with ErrPolicy.
 func (c *Cache) Acquire(req Request) (Plan, error) {
 	if err := req.Priorities.validate(); err != nil {
 		return Plan{}, err
 	}
 	c.mu.Lock()
 	defer c.unlock()
+	if c.poisoned != nil {
+		return Plan{}, c.poisoned
+	}
 	keys := radix.Keys{Namespace: req.Namespace, LoRA: req.LoRA}
 	nodes, err := c.tree.Match(c.scratch.nodes[:0], keys, req.Tokens, req.Extra)
 	c.scratch.nodes = nodes[:0]
@@ -142,6 +145,10 @@ func (c *Cache) acquireDense(s *sequence, tokens []uint32, nodes []*radix.Node[i
 	}
 	c.register(s)
 	c.collectPending()
+	if c.poisoned != nil {
+		// A merge met a policy that broke its contract.
+		return Plan{}, c.poisoned
+	}
 	plan.Seq = s.id
 	plan.Tokens = len(tokens)
 	return plan, nil

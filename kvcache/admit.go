@@ -29,13 +29,17 @@ type Admission struct {
 // Admit answers, without changing anything, how many GPU slots req would
 // still need after reusing the cache, and whether they can be had now
 // (admission control for a scheduler). It returns an error wrapping
-// ErrInvalidRequest for the inputs Acquire rejects.
+// ErrInvalidRequest for the inputs Acquire rejects, and ErrPolicy in a
+// poisoned cache.
 func (c *Cache) Admit(req Request) (Admission, error) {
 	if err := req.Priorities.validate(); err != nil {
 		return Admission{}, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.poisoned != nil {
+		return Admission{}, c.poisoned
+	}
 	keys := radix.Keys{Namespace: req.Namespace, LoRA: req.LoRA}
 	nodes, err := c.tree.Match(c.scratch.nodes[:0], keys, req.Tokens, req.Extra)
 	c.scratch.nodes = nodes[:0]
@@ -110,6 +114,9 @@ func (c *Cache) Admit(req Request) (Admission, error) {
 func (c *Cache) Clear() error {
 	c.mu.Lock()
 	defer c.unlock()
+	if c.poisoned != nil {
+		return c.poisoned
+	}
 	if len(c.seqs) > 0 {
 		return fmt.Errorf("%w: %d sequences", ErrBusy, len(c.seqs))
 	}

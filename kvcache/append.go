@@ -25,6 +25,9 @@ import (
 func (c *Cache) Append(id SeqID, tokens ...uint32) (Plan, error) {
 	c.mu.Lock()
 	defer c.unlock()
+	if c.poisoned != nil {
+		return Plan{}, c.poisoned
+	}
 	s, ok := c.seqs[id]
 	if !ok {
 		return Plan{}, fmt.Errorf("%w: %d", ErrUnknownSequence, id)
@@ -76,6 +79,10 @@ func (c *Cache) Append(id SeqID, tokens ...uint32) (Plan, error) {
 		parent = c.commitBlock(s, i, parent)
 	}
 	c.collectPending()
+	if c.poisoned != nil {
+		// A merge met a policy that broke its contract.
+		return Plan{}, c.poisoned
+	}
 	plan.Tokens = n2
 	return plan, nil
 }

@@ -66,6 +66,10 @@ type Cache struct {
 	scratch scratch
 	st      counters
 
+	// poisoned is the ErrPolicy error of the first policy that refused an
+	// Insert; once set, every mutating call returns it (see ErrPolicy).
+	poisoned error
+
 	// events queued under mu, delivered after unlock by one goroutine at
 	// a time (delivering).
 	pending    []Event

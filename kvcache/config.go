@@ -60,14 +60,14 @@ type PoolInfo struct {
 // (S3-FIFO sizes its queues from the capacity) which only the cache knows
 // after splitting the tier capacity.
 //
-// The cache relies on one property beyond eviction.Policy: a policy that has
-// just released a key (Evict or Remove) accepts the Insert of another one.
-// Rolling back a failed operation re-inserts its victims, and adopting a
-// cached block swaps one key for another; a policy that refuses then makes
-// the cache panic rather than corrupt its accounting. Every policy in
-// package eviction has the property. The cache inserts keys with
-// eviction.Entry.Size 1: capacity is counted in slots, every slot of an arena
-// has the same size.
+// The cache relies on the policy's Insert never failing: it inserts only
+// valid entries (Size 1, its request's priority) of keys the policy does not
+// track, and in particular re-inserts a key right after releasing one
+// (rolling back a failed operation puts its victims back; adopting a cached
+// block swaps one key for another). Every policy in package eviction accepts
+// these inserts. A policy whose Insert fails there poisons the cache: see
+// ErrPolicy. The cache inserts keys with eviction.Entry.Size 1: capacity is
+// counted in slots, every slot of an arena has the same size.
 type PolicyFactory func(PoolInfo) (eviction.Policy[UnitID], error)
 
 // LRUFactory is the default PolicyFactory: an eviction.LRU per arena.

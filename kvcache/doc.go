@@ -60,7 +60,9 @@
 // it fails with ErrCopyFailed; either way nothing changed (no pin, slot,
 // unit, stat or sequence), except that policies may have reordered the
 // victims they had chosen. Bad input returns an error wrapping one of the
-// package's sentinels and never panics.
+// package's sentinels and never panics. A custom eviction policy whose
+// Insert fails where the cache must place a unit poisons the cache: every
+// later mutating call fails with ErrPolicy.
 //
 // # Concurrency
 //

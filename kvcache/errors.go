@@ -5,7 +5,8 @@ import "errors"
 // Errors returned by this package. Every returned error wraps exactly one of
 // them (test with errors.Is) and names the offending value. An operation that
 // returns an error has changed nothing: no pin, slot, unit or sequence is
-// left half-done.
+// left half-done. The one exception is ErrPolicy, which reports a broken
+// policy and leaves the cache unusable.
 var (
 	// ErrInvalidConfig reports a Config that New cannot use: a missing
 	// layout, a bad capacity, a policy factory that failed, an invalid cost
@@ -34,4 +35,16 @@ var (
 	// ErrInvalidCopy reports a Copy that a MemoryStore cannot perform: a bad
 	// tier, pool or slot.
 	ErrInvalidCopy = errors.New("kvcache: invalid copy")
+	// ErrPolicy reports an eviction policy that broke its contract: its
+	// Insert returned an error for a unit the cache had to place (the
+	// cache only inserts valid entries of keys the policy does not track,
+	// see PolicyFactory). Without the policy the cache cannot keep its
+	// accounting exact, so it is poisoned: the call that met the refusal
+	// and every later Acquire, Admit, Append, Fork, Truncate, SparseAccess,
+	// Release and Clear return an error wrapping ErrPolicy and the
+	// policy's error. The call that met it may be half-done: a victim the
+	// policy refused to take back is dropped, a block a sequence adopted
+	// may lack a unit. Slots stay accounted for (Stats adds up) and the
+	// read-only methods still answer; build a new Cache to go on.
+	ErrPolicy = errors.New("kvcache: policy broke its contract")
 )

@@ -1,10 +1,6 @@
 package kvcache
 
-import (
-	"fmt"
-
-	"github.com/kvtier/kvtier/radix"
-)
+import "github.com/kvtier/kvtier/radix"
 
 // mergeBlock makes sequence s use the cached node n for its block i, whose
 // tokens (and keys) equal n's: s filled a private block while another
@@ -13,6 +9,10 @@ import (
 // n's unit; otherwise s's slot becomes n's unit (a CPU copy of n's unit is
 // freed, a dropped one is restored). The KV of equal prefixes is equal, so
 // either copy serves. s's private block is then forgotten.
+//
+// Handing s's slot to n's unit swaps keys in the GPU policy. A policy that
+// refuses the new key poisons the cache (ErrPolicy): the slot is then freed
+// and n's unit stays where it was, so every slot stays accounted for.
 func (c *Cache) mergeBlock(s *sequence, i int, n *radix.Node[int32]) {
 	b, e := s.blocks[i], n.Value
 	for sl := range c.numSlices {
@@ -28,13 +28,22 @@ func (c *Cache) mergeBlock(s *sequence, i int, n *radix.Node[int32]) {
 		ga.remove(u, pins > 0)
 		c.uTier[u], c.uSlot[u], c.uPins[u] = Dropped, -1, 0
 		c.blocks[b].held--
-		switch c.uTier[x] {
-		case GPU:
+		if c.uTier[x] == GPU {
 			ga.push(slot)
 			for range pins {
 				c.pinUnit(x)
 			}
 			continue
+		}
+		// Insert before releasing x's CPU slot, so that a refusal leaves
+		// x as it was.
+		ga.owner[slot] = x
+		if err := ga.insert(x, c.entryOf(x), pins > 0); err != nil {
+			c.poison(ga, x, err)
+			ga.push(slot)
+			continue
+		}
+		switch c.uTier[x] {
 		case CPU:
 			ca := c.cpu[p]
 			ca.remove(x, false)
@@ -44,8 +53,6 @@ func (c *Cache) mergeBlock(s *sequence, i int, n *radix.Node[int32]) {
 			c.blocks[e].held++
 			c.emitTier(x, Dropped, GPU)
 		}
-		ga.owner[slot] = x
-		c.mustInsert(ga, x, pins > 0)
 		c.uTier[x], c.uSlot[x], c.uPins[x] = GPU, slot, pins
 	}
 	for j, u := range s.stepPins {
@@ -56,14 +63,4 @@ func (c *Cache) mergeBlock(s *sequence, i int, n *radix.Node[int32]) {
 	c.blocks[e].refs++
 	c.freeBlock(b)
 	s.blocks[i] = e
-}
-
-// mustInsert inserts u into a, where a key was just removed or evicted. A
-// policy that refuses a new key right after releasing one breaks the
-// contract the cache relies on (see PolicyFactory), and the cache cannot
-// continue without corrupting its accounting.
-func (c *Cache) mustInsert(a *arena, u UnitID, pinned bool) {
-	if err := a.insert(u, c.entryOf(u), pinned); err != nil {
-		panic(fmt.Sprintf("kvcache: %s policy of pool %d refused a key right after releasing one: %v", a.tier, a.pool, err))
-	}
 }

@@ -16,6 +16,9 @@ import "fmt"
 func (c *Cache) Release(id SeqID) error {
 	c.mu.Lock()
 	defer c.unlock()
+	if c.poisoned != nil {
+		return c.poisoned
+	}
 	s, ok := c.seqs[id]
 	if !ok {
 		return fmt.Errorf("%w: %d", ErrUnknownSequence, id)

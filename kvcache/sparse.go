@@ -64,6 +64,9 @@ func (r *SparseResult) reset() {
 func (c *Cache) SparseAccess(id SeqID, layer int, heads [][]int64, res *SparseResult) error {
 	c.mu.Lock()
 	defer c.unlock()
+	if c.poisoned != nil {
+		return c.poisoned
+	}
 	s, ok := c.seqs[id]
 	if !ok {
 		return fmt.Errorf("%w: %d", ErrUnknownSequence, id)

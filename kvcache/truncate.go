@@ -21,6 +21,9 @@ import (
 func (c *Cache) Truncate(id SeqID, n int) (Plan, error) {
 	c.mu.Lock()
 	defer c.unlock()
+	if c.poisoned != nil {
+		return Plan{}, c.poisoned
+	}
 	s, ok := c.seqs[id]
 	if !ok {
 		return Plan{}, fmt.Errorf("%w: %d", ErrUnknownSequence, id)
@@ -111,6 +114,9 @@ func (c *Cache) Truncate(id SeqID, n int) (Plan, error) {
 func (c *Cache) Fork(id SeqID) (Plan, error) {
 	c.mu.Lock()
 	defer c.unlock()
+	if c.poisoned != nil {
+		return Plan{}, c.poisoned
+	}
 	s, ok := c.seqs[id]
 	if !ok {
 		return Plan{}, fmt.Errorf("%w: %d", ErrUnknownSequence, id)

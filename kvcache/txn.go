@@ -186,8 +186,7 @@ func (c *Cache) runTxn() error {
 	}
 	for p, k := range t.perPool {
 		if a := c.gpu[p].available(); k > a {
-			c.rollback()
-			return fmt.Errorf("%w: GPU pool %d needs %d slots, %d free or evictable", ErrNoSpace, p, k, a)
+			return c.abort(fmt.Errorf("%w: GPU pool %d needs %d slots, %d free or evictable", ErrNoSpace, p, k, a))
 		}
 	}
 	for i := range t.needs {
@@ -198,15 +197,13 @@ func (c *Cache) runTxn() error {
 		p := c.poolOfUnit(n.u)
 		s, err := c.takeGPU(p)
 		if err != nil {
-			c.rollback()
-			return err
+			return c.abort(err)
 		}
 		n.slot = s
 		a := c.gpu[p]
 		a.owner[s] = n.u
 		if err := a.insert(n.u, c.entryOf(n.u), true); err != nil {
-			c.rollback()
-			return fmt.Errorf("%w: GPU policy of pool %d refused unit %d: %w", ErrInvalidConfig, p, n.u, err)
+			return c.abort(c.poison(a, n.u, err))
 		}
 		c.uPins[n.u] = 1
 		t.log(undoInsert, GPU, p, s, n.u)
@@ -219,8 +216,7 @@ func (c *Cache) runTxn() error {
 	}
 	if len(t.batch) > 0 && c.mover != nil {
 		if err := c.mover.Copy(t.batch); err != nil {
-			c.rollback()
-			return fmt.Errorf("%w: batch of %d copies: %w", ErrCopyFailed, len(t.batch), err)
+			return c.abort(fmt.Errorf("%w: batch of %d copies: %w", ErrCopyFailed, len(t.batch), err))
 		}
 	}
 	c.commit()
@@ -228,6 +224,7 @@ func (c *Cache) runTxn() error {
 }
 
 // takeGPU returns a GPU slot of pool p, evicting a victim when none is free.
+// It fails only when a policy broke its contract (the caller rolls back).
 func (c *Cache) takeGPU(p int) (int32, error) {
 	t := &c.tx
 	a := c.gpu[p]
@@ -248,13 +245,13 @@ func (c *Cache) takeGPU(p int) (int32, error) {
 			ca := c.cpu[p]
 			ca.owner[cs] = v
 			if err := ca.insert(v, c.entryOf(v), true); err != nil {
-				// The CPU policy refused the key: drop the victim instead.
-				c.undoLast()
-			} else {
-				t.log(undoInsert, CPU, p, cs, v)
-				t.batch = append(t.batch, Copy{Pool: p, From: GPU, FromSlot: s, To: CPU, ToSlot: cs})
-				to = cs
+				// The rollback gives cs back (to the free list or to
+				// the CPU victim that left it) and v its GPU slot.
+				return 0, c.poison(ca, v, err)
 			}
+			t.log(undoInsert, CPU, p, cs, v)
+			t.batch = append(t.batch, Copy{Pool: p, From: GPU, FromSlot: s, To: CPU, ToSlot: cs})
+			to = cs
 		}
 	}
 	t.gpuVictims = append(t.gpuVictims, victim{u: v, pool: int32(p), slot: s, to: to})
@@ -292,14 +289,6 @@ func (c *Cache) shouldOffload(v UnitID, p int) bool {
 	return err == nil && act == costmodel.Offload
 }
 
-// undoLast undoes the most recent log record.
-func (c *Cache) undoLast() {
-	t := &c.tx
-	r := t.undo[len(t.undo)-1]
-	t.undo = t.undo[:len(t.undo)-1]
-	c.undoOne(r)
-}
-
 func (c *Cache) undoOne(r undoRec) {
 	switch r.kind {
 	case undoPin:
@@ -322,7 +311,17 @@ func (c *Cache) undoOne(r undoRec) {
 		// Give the slot back to the victim, which still has its bytes
 		// there: the Mover wrote nothing (see Mover).
 		a.owner[r.slot] = r.u
-		c.mustInsert(a, r.u, false)
+		if err := a.insert(r.u, c.entryOf(r.u), false); err != nil {
+			// The policy will not track the victim again: it loses
+			// its bytes as if evicted and dropped, so that its slot
+			// is free rather than held by an untracked unit.
+			c.poison(a, r.u, err)
+			a.push(r.slot)
+			a.evictions++
+			a.drops++
+			c.dropUnit(r.u)
+			c.emitTier(r.u, r.tier, Dropped)
+		}
 	}
 }
 

@@ -1,0 +1,34 @@
+package kvcache
+
+import (
+	"errors"
+	"fmt"
+)
+
+// A policy whose Insert fails where the cache must place a unit leaves the
+// cache with a slot it cannot account for. Panicking would hand the bug of a
+// user's policy to the whole server; carrying on would let the accounting
+// drift. So the cache records the refusal (poison), keeps every slot
+// accounted for as well as it can (a victim that cannot be put back is
+// dropped, a unit that cannot be adopted frees its slot) and refuses every
+// later mutating call with the recorded error (ErrPolicy).
+
+// poison records that the policy of arena a refused unit u with err and
+// returns the cache's poison error (the first one recorded).
+func (c *Cache) poison(a *arena, u UnitID, err error) error {
+	if c.poisoned == nil {
+		c.poisoned = fmt.Errorf("%w: %s policy of pool %d refused unit %d: %w", ErrPolicy, a.tier, a.pool, u, err)
+	}
+	return c.poisoned
+}
+
+// abort rolls the running transaction back and returns err, or the poison
+// error when the policy refused to take a victim back during the rollback
+// (err is then only named).
+func (c *Cache) abort(err error) error {
+	c.rollback()
+	if c.poisoned != nil && !errors.Is(err, ErrPolicy) {
+		return fmt.Errorf("%w (rolling back after: %v)", c.poisoned, err)
+	}
+	return err
+}

@@ -1,0 +1,219 @@
+package kvcache
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/kvtier/kvtier/eviction"
+	"github.com/kvtier/kvtier/layout"
+	"github.com/stretchr/testify/require"
+)
+
+// errRefused is what refusingPolicy returns.
+var errRefused = errors.New("refusing policy: insert refused")
+
+// refusingPolicy is an LRU that refuses its refuseAt-th Insert (counted
+// from 1; 0 never), breaking the contract PolicyFactory states.
+type refusingPolicy struct {
+	eviction.Policy[UnitID]
+	inserts  int
+	refuseAt int
+}
+
+func (p *refusingPolicy) Insert(k UnitID, e eviction.Entry) error {
+	p.inserts++
+	if p.inserts == p.refuseAt {
+		return fmt.Errorf("%w (insert %d)", errRefused, p.inserts)
+	}
+	return p.Policy.Insert(k, e)
+}
+
+// refusingCache builds a paged cache (one pool) whose policies are
+// refusingPolicy values over LRU, or FIFO when fifo is set, returned for
+// the test to arm.
+func refusingCache(t *testing.T, gpu, cpu Capacity, mover Mover, fifo bool) (*Cache, *refusingPolicy, *refusingPolicy) {
+	t.Helper()
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	var gp, cp *refusingPolicy
+	factory := func(info PoolInfo) (eviction.Policy[UnitID], error) {
+		p := &refusingPolicy{Policy: eviction.NewLRU[UnitID]()}
+		if fifo {
+			p.Policy = eviction.NewFIFO[UnitID]()
+		}
+		if info.Tier == GPU {
+			gp = p
+		} else {
+			cp = p
+		}
+		return p, nil
+	}
+	c, err := New(Config{Layout: l, GPU: gpu, CPU: cpu, GPUPolicy: factory, CPUPolicy: factory, Mover: mover})
+	require.NoError(t, err)
+	return c, gp, cp
+}
+
+// requireSlotsAddUp checks that every slot of both tiers is free, pinned
+// or cached: what must hold even in a poisoned cache.
+func requireSlotsAddUp(t *testing.T, c *Cache) {
+	t.Helper()
+	st := c.Stats()
+	for _, ts := range []TierStats{st.GPU, st.CPU} {
+		require.Equal(t, ts.Capacity, ts.Free+ts.Pinned+ts.Cached)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for p := range c.pools {
+		for _, a := range []*arena{c.gpu[p], c.cpu[p]} {
+			require.Equal(t, a.capacity()-len(a.free), a.tracked, "%s pool %d: used slots and tracked units", a.tier, p)
+			require.Equal(t, a.tracked, a.policy.Len(), "%s pool %d: tracked units and policy", a.tier, p)
+		}
+	}
+}
+
+// requirePoisoned checks that every call that changes the cache now fails
+// with ErrPolicy naming the policy's error, and that reads still answer.
+func requirePoisoned(t *testing.T, c *Cache, live SeqID) {
+	t.Helper()
+	check := func(err error) {
+		t.Helper()
+		require.ErrorIs(t, err, ErrPolicy)
+		require.ErrorIs(t, err, errRefused)
+	}
+	_, err := c.Acquire(Request{Tokens: seqTokens(4, 500)})
+	check(err)
+	_, err = c.Admit(Request{Tokens: seqTokens(4, 500)})
+	check(err)
+	_, err = c.Append(live, 1)
+	check(err)
+	_, err = c.Truncate(live, 1)
+	check(err)
+	_, err = c.Fork(live)
+	check(err)
+	var res SparseResult
+	check(c.SparseAccess(live, 0, make([][]int64, 4), &res))
+	check(c.Release(live))
+	check(c.Clear())
+	_ = c.Stats()
+	_, err = c.Len(live)
+	require.NoError(t, err, "reads still answer")
+	_, err = c.BlockTable(nil, live, 0)
+	require.NoError(t, err)
+}
+
+// TestPolicyRefusesReinsertOnRollback: a copy failure rolls back an Acquire
+// that evicted two victims; the policy refuses to take the first of them
+// back. The cache drops that victim (its slot is freed) instead of
+// panicking and is poisoned.
+func TestPolicyRefusesReinsertOnRollback(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	gpu, cpu := Capacity{Units: 4}, Capacity{Units: 8}
+	store, err := NewMemoryStore(l, gpu, cpu)
+	require.NoError(t, err)
+	mover := &faultyMover{inner: store}
+	c, gp, _ := refusingCache(t, gpu, cpu, mover, false)
+	a, err := c.Acquire(Request{Tokens: seqTokens(8, 0)}) // GPU inserts 1-4
+	require.NoError(t, err)
+	require.NoError(t, c.Release(a.Seq))
+	live, err := c.Acquire(Request{}) // an empty sequence, to call methods on
+	require.NoError(t, err)
+	// Inserts 5 and 6 take the two fresh units; the failed copy rolls them
+	// back and re-inserts the victims: insert 7 is refused.
+	gp.refuseAt = 7
+	mover.armed = true
+	var p Plan
+	require.NotPanics(t, func() { p, err = c.Acquire(Request{Tokens: seqTokens(4, 100)}) })
+	require.ErrorIs(t, err, ErrPolicy)
+	require.ErrorIs(t, err, errRefused)
+	require.NotErrorIs(t, err, ErrCopyFailed, "exactly one sentinel")
+	require.ErrorContains(t, err, "copy failed")
+	require.Zero(t, p.Seq)
+	require.Equal(t, 8, gp.inserts)
+	// The refused victim was dropped; the other went back to its slot.
+	require.NoError(t, c.checkInvariants())
+	requireSlotsAddUp(t, c)
+	st := c.Stats()
+	require.Equal(t, uint64(1), st.GPU.Drops)
+	require.Equal(t, int64(3), st.GPU.Cached)
+	require.Equal(t, int64(1), st.GPU.Free)
+	require.Zero(t, st.CPU.Cached+st.CPU.Pinned, "the offloads were rolled back")
+	requirePoisoned(t, c, live.Seq)
+}
+
+// TestPolicyRefusesNeededUnit: the GPU policy refuses a fresh unit; the
+// Acquire is rolled back exactly and the cache is poisoned.
+func TestPolicyRefusesNeededUnit(t *testing.T) {
+	c, gp, _ := refusingCache(t, Capacity{Units: 8}, Capacity{}, nil, false)
+	live, err := c.Acquire(Request{Tokens: seqTokens(4, 0)}) // inserts 1, 2
+	require.NoError(t, err)
+	before := c.Stats()
+	gp.refuseAt = 4
+	_, err = c.Acquire(Request{Tokens: seqTokens(8, 0)}) // hits block 0, inserts 3, 4
+	require.ErrorIs(t, err, ErrPolicy)
+	require.ErrorIs(t, err, errRefused)
+	require.NotErrorIs(t, err, ErrInvalidConfig)
+	require.NoError(t, c.checkInvariants())
+	require.Equal(t, before, c.Stats())
+	requirePoisoned(t, c, live.Seq)
+}
+
+// TestPolicyRefusesOffload: the CPU policy refuses a GPU victim right after
+// dropping a CPU victim to make room for it. Before ErrPolicy the cache
+// dropped the GPU victim instead but also committed the CPU victim's drop
+// although the CPU victim had been put back: its slot was both free-able
+// and tracked.
+func TestPolicyRefusesOffload(t *testing.T) {
+	c, _, cp := refusingCache(t, Capacity{Units: 4}, Capacity{Units: 4}, nil, false)
+	// Fill the GPU, then the CPU with offloads.
+	a, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
+	require.NoError(t, err)
+	require.NoError(t, c.Release(a.Seq))
+	b, err := c.Acquire(Request{Tokens: seqTokens(8, 100)}) // offloads a: CPU inserts 1-4
+	require.NoError(t, err)
+	require.Equal(t, 4, b.OffloadedUnits)
+	require.NoError(t, c.Release(b.Seq))
+	live, err := c.Acquire(Request{})
+	require.NoError(t, err)
+	before := c.Stats()
+	cp.refuseAt = 5 // the next offload, into the slot of a dropped CPU victim
+	_, err = c.Acquire(Request{Tokens: seqTokens(4, 200)})
+	require.ErrorIs(t, err, ErrPolicy)
+	require.ErrorIs(t, err, errRefused)
+	require.NoError(t, c.checkInvariants())
+	requireSlotsAddUp(t, c)
+	require.Equal(t, before, c.Stats())
+	requirePoisoned(t, c, live.Seq)
+}
+
+// TestPolicyRefusesMerge: a sequence fills a block equal to one committed
+// meanwhile whose units left the GPU (offloaded, or dropped and kept in the
+// tree for its child); adopting it swaps keys in the GPU policy, which
+// refuses. Append fails with ErrPolicy instead of panicking, every slot
+// stays accounted for and the cache is poisoned.
+func TestPolicyRefusesMerge(t *testing.T) {
+	for _, cpu := range []Capacity{{Units: 8}, {}} {
+		t.Run(fmt.Sprintf("cpu-%d", cpu.Units), func(t *testing.T) {
+			c, gp, _ := refusingCache(t, Capacity{Units: 6}, cpu, nil, true)
+			s1, err := c.Acquire(Request{Tokens: seqTokens(3, 0)}) // private partial block: inserts 1, 2
+			require.NoError(t, err)
+			s2, err := c.Acquire(Request{Tokens: seqTokens(8, 0)}) // commits blocks 0, 1: inserts 3-6
+			require.NoError(t, err)
+			require.NoError(t, c.Release(s2.Seq))
+			// FIFO evicts s2's block 0 (inserts 7, 8); it stays in the
+			// tree, on the CPU or dropped under block 1.
+			s3, err := c.Acquire(Request{Tokens: seqTokens(4, 100)})
+			require.NoError(t, err)
+			require.Equal(t, 2, s3.OffloadedUnits+s3.DroppedUnits)
+			require.Equal(t, 3, c.Stats().Blocks, "s2's block 0 is still known")
+			gp.refuseAt = 9
+			var p Plan
+			require.NotPanics(t, func() { p, err = c.Append(s1.Seq, 3) })
+			require.ErrorIs(t, err, ErrPolicy)
+			require.ErrorIs(t, err, errRefused)
+			require.Zero(t, p.Seq)
+			require.Equal(t, 10, gp.inserts, "the second unit of the block was adopted")
+			requireSlotsAddUp(t, c)
+			requirePoisoned(t, c, s3.Seq)
+		})
+	}
+}
