@@ -54,7 +54,11 @@ func writeText(w io.Writer, src source, policies []string, rows []row, elapsed t
 			best = min(best, rows[p*nSizes+s].MissRatio)
 		}
 		first := rows[s]
-		fmt.Fprintf(tw, "%s\t%s\t", first.label, formatSize(first.CacheSize, src.objectMode))
+		resolved := "" // an absolute size needs no second column
+		if strings.HasSuffix(first.label, "%") {
+			resolved = formatSize(first.CacheSize, src.objectMode)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t", first.label, resolved)
 		for p := range policies {
 			r := rows[p*nSizes+s]
 			mark := " "
@@ -103,7 +107,6 @@ func missRatioPlot(src source, rows []row) svgplot.Plot {
 		Title:  "miss ratio: " + src.name,
 		XLabel: "cache size, " + unit,
 		YLabel: "miss ratio",
-		Y:      svgplot.Range{Min: 0, Max: 1},
 		Series: series,
 	}
 }
