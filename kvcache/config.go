@@ -67,7 +67,10 @@ type PoolInfo struct {
 // block swaps one key for another). Every policy in package eviction accepts
 // these inserts. A policy whose Insert fails there poisons the cache: see
 // ErrPolicy. The cache inserts keys with eviction.Entry.Size 1: capacity is
-// counted in slots, every slot of an arena has the same size.
+// counted in slots, every slot of an arena has the same size. A key is pinned
+// while a sequence uses its unit (Pin and Unpin on the first and last user),
+// and a unit that Acquire or SparseAccess finds on the GPU is reported as a
+// hit with Access, once pinned.
 type PolicyFactory func(PoolInfo) (eviction.Policy[UnitID], error)
 
 // LRUFactory is the default PolicyFactory: an eviction.LRU per arena.
