@@ -82,9 +82,9 @@ func unlimitedTokens(reqs []request) int64 {
 // reuse exactly what the ids say is shared, under every policy: nothing is
 // ever evicted.
 func TestUnlimitedEqualsDirectCount(t *testing.T) {
-	traces := map[string][]request{"synthetic": synthTrace(1, 250)}
+	traces := map[string][]request{"synthetic": synthTrace(1, 150)}
 	if _, err := os.Stat(mooncakeTrace); err == nil {
-		traces["mooncake-first-200"] = loadMooncake(t)[:200]
+		traces["mooncake-first-120"] = loadMooncake(t)[:120]
 	}
 	for name, reqs := range traces {
 		b := unlimitedBound(reqs)
@@ -124,7 +124,7 @@ func testOptions() simOptions {
 // one holds, so hits never fall as capacity grows, and stay under the
 // unlimited count.
 func TestLRUHitsGrowWithCapacity(t *testing.T) {
-	reqs := synthTrace(2, 600)
+	reqs := synthTrace(2, 400)
 	b := unlimitedBound(reqs)
 	caps := []int64{2 << 10, 8 << 10, 32 << 10, 128 << 10, unlimitedTokens(reqs)}
 	var settings []setting
@@ -147,7 +147,7 @@ func TestLRUHitsGrowWithCapacity(t *testing.T) {
 // The trace has no priorities, so the prioritized LRU is LRU; and the
 // synthesized tokens and hash seed change nothing.
 func TestPLRUIsLRUAndSeedDoesNotMatter(t *testing.T) {
-	reqs := synthTrace(3, 300)
+	reqs := synthTrace(3, 200)
 	capTokens := int64(16 << 10)
 	strip := func(r result) result { r.elapsed = 0; r.Policy = ""; return r }
 	lru, err := simulate(reqs, setting{policy: "lru", capacityTokens: capTokens}, testOptions())

@@ -16,7 +16,9 @@ import (
 // tokenModel is the smallest valid model: the replay is metadata only (no
 // Mover), so unit bytes never matter, only that one AllLayers unit is one
 // 512-token block and GPU capacity counts blocks.
-var tokenModel = layout.Model{Name: "tokens-only", Layers: 1, QueryHeads: 1, KVHeads: 1, HeadDim: 1, ElemBytes: 1}
+func tokenModel() layout.Model {
+	return layout.Model{Name: "tokens-only", Layers: 1, QueryHeads: 1, KVHeads: 1, HeadDim: 1, ElemBytes: 1}
+}
 
 // setting is one simulated cache: a policy and a GPU capacity in tokens.
 type setting struct {
@@ -77,7 +79,7 @@ func simulate(reqs []request, s setting, opt simOptions) (result, error) {
 	if err != nil {
 		return res, err
 	}
-	l, err := layout.New(tokenModel, layout.AllLayers, traceBlockTokens)
+	l, err := layout.New(tokenModel(), layout.AllLayers, traceBlockTokens)
 	if err != nil {
 		return res, err
 	}
