@@ -44,7 +44,7 @@ type config struct {
 // cores (see README.md for the measurement).
 const (
 	defaultSequences = 4
-	defaultSteps     = 128
+	defaultSteps     = 96
 )
 
 var (

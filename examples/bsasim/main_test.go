@@ -25,9 +25,9 @@ import (
 var smallArgs = []string{"-sequences", "2", "-steps", "4", "-seed", "7", "-context", "2048",
 	"-sizes", "0.5,1,1.5,1.75,2,3"}
 
-// contextGiB is the KV of smallArgs' context: 2048 tokens x 28 layers x
+// smallContextGiB is the KV of smallArgs' context: 2048 tokens x 28 layers x
 // 8 KV heads x 1024 dims x 2 (K, V) x 2 bytes.
-const contextGiB = 1.75
+const smallContextGiB = 1.75
 
 func runJSON(t *testing.T, args ...string) []result {
 	t.Helper()
@@ -79,7 +79,7 @@ func TestSmallRunProperties(t *testing.T) {
 
 		// A GPU that holds the context never evicts: after the prefill
 		// wrote every unit to the GPU, every decode access is a hit.
-		if r.GPUGiB >= contextGiB {
+		if r.GPUGiB >= smallContextGiB {
 			require.Equal(t, 1.0, r.HitRate, name)
 			require.Zero(t, r.Misses, name)
 		} else {
@@ -131,7 +131,7 @@ func TestJSONFields(t *testing.T) {
 	var m map[string]any
 	require.NoError(t, json.Unmarshal(out.Bytes(), &m))
 	for _, k := range []string{"layout", "policy", "gpu_gib", "gpu_units", "unit_mib", "selector", "sequences",
-		"steps_per_sequence", "context_tokens", "topk", "seed", "hit_rate", "hit_rate_sd", "accesses", "hits", "misses",
+		"steps_per_sequence", "context_tokens", "selector_p", "sink_priority", "topk", "seed", "hit_rate", "hit_rate_sd", "accesses", "hits", "misses",
 		"recomputed_units", "units_per_step", "max_units_per_step", "worst_case_units_per_step", "misses_per_step",
 		"mib_read_per_step", "mib_onboarded_per_step", "mib_offloaded_per_step"} {
 		require.Contains(t, m, k)
@@ -321,4 +321,9 @@ func TestSVG(t *testing.T) {
 		}
 	}
 	require.Equal(t, 2*5, lines, "one curve per layout and policy")
+}
+
+func TestContextGiB(t *testing.T) {
+	cfg := config{context: 4096}
+	require.Equal(t, 3.5, contextGiB(&cfg), "the seed's 3.5 GiB of KV at 4096 tokens")
 }

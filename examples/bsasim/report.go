@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/kvtier/kvtier/layout"
 )
 
 // writeTable prints one row per configuration, a blank line between
@@ -37,6 +39,15 @@ func selectorDesc(cfg *config) string {
 		return fmt.Sprintf("sink (p=%g)", cfg.sinkP)
 	}
 	return cfg.selector
+}
+
+// contextGiB is the KV of the whole context, in GiB: 3.5 for the seed.
+func contextGiB(cfg *config) float64 {
+	perToken, err := layout.SeedModel().BytesPerToken()
+	if err != nil {
+		return 0 // the seed model is valid; unreachable
+	}
+	return float64(perToken) * float64(cfg.context) / gib
 }
 
 // find returns the result of a configuration, if it was run.
@@ -73,10 +84,14 @@ func verdict(ok bool) string {
 func claims(cfg *config, rs []result) string {
 	var b strings.Builder
 	b.WriteString("claim vs measured (the seed's GB read as GiB; miss rate = 1 - hit rate)\n")
+	if cfg.context != 4096 || cfg.blockTokens != 512 || cfg.topK != 3 || cfg.pageTokens != 32 {
+		b.WriteString("  (the seed's claims are for context 4096, MoBA 512, top-3, 32-token pages)\n")
+	}
+	ctx := contextGiB(cfg)
 	var below []string
 	all := true
 	for _, g := range cfg.sizesGiB {
-		if g >= 3.5 {
+		if g >= ctx {
 			continue
 		}
 		if r, ok := find(rs, "paged", "lru", g); ok {
@@ -85,7 +100,7 @@ func claims(cfg *config, rs []result) string {
 		}
 	}
 	if len(below) > 0 {
-		fmt.Fprintf(&b, "  \"paged, under 3.5 GB, LRU misses almost every access\" (>= %.0f%%): %s\n", almostAll, verdict(all))
+		fmt.Fprintf(&b, "  \"paged, under %.4g GB, LRU misses almost every access\" (>= %.0f%%): %s\n", ctx, almostAll, verdict(all))
 		fmt.Fprintf(&b, "    paged LRU misses %s\n", strings.Join(below, ", "))
 	}
 	if r, ok := find(rs, "paged", "s3fifo", 3); ok {

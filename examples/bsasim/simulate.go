@@ -41,6 +41,8 @@ type result struct {
 	GPUUnits          int     `json:"gpu_units"`
 	UnitMiB           float64 `json:"unit_mib"`
 	Selector          string  `json:"selector"`
+	SelectorP         float64 `json:"selector_p"`    // -sticky-p or -sink-p; 0 for uniform
+	SinkPriority      int     `json:"sink_priority"` // prio-lru: the first block's priority; else 0
 	Sequences         int     `json:"sequences"`
 	Steps             int     `json:"steps_per_sequence"`
 	Context           int     `json:"context_tokens"`
@@ -88,9 +90,12 @@ func simulate(j job, w *workload, cfg *config) (result, error) {
 		return result{}, err
 	}
 	r := result{Layout: j.layoutName, Policy: j.pol.name, GPUGiB: j.sizeGiB, GPUUnits: slots[0],
-		UnitMiB: float64(unitBytes) / (1 << 20), Selector: cfg.selector, Sequences: cfg.sequences,
+		UnitMiB: float64(unitBytes) / (1 << 20), Selector: cfg.selector, SelectorP: selectorP(cfg), Sequences: cfg.sequences,
 		Steps: cfg.steps, Context: cfg.context, TopK: cfg.topK, Seed: cfg.seed,
 		WorstUnitsPerStep: worstUnits(j.lay, cfg)}
+	if j.pol.priorities != nil {
+		r.SinkPriority = cfg.sinkPriority
+	}
 	unitTokens := j.lay.TokensPerUnit()
 	heads := make([][]int64, w.heads)
 	tokens := make([]uint32, unitTokens)
@@ -166,6 +171,17 @@ func simulate(j job, w *workload, cfg *config) (result, error) {
 	r.MiBOnboardPerStep = float64(bytesOnboard) / steps / (1 << 20)
 	r.MiBOffloadPerStep = float64(bytesOffload) / steps / (1 << 20)
 	return r, nil
+}
+
+// selectorP is the parameter of the selector in use.
+func selectorP(cfg *config) float64 {
+	switch cfg.selector {
+	case "sticky":
+		return cfg.stickyP
+	case "sink":
+		return cfg.sinkP
+	}
+	return 0
 }
 
 // meanSD returns the mean and the (population) standard deviation of xs.
