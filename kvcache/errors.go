@@ -38,7 +38,9 @@ var (
 	// ErrPolicy reports an eviction policy that broke its contract: its
 	// Insert returned an error for a unit the cache had to place (the
 	// cache only inserts valid entries of keys the policy does not track,
-	// see PolicyFactory). Without the policy the cache cannot keep its
+	// see PolicyFactory), or its Evict returned a key that is not an
+	// evictable unit of its arena, or none while the GPU arena had
+	// evictable units. Without the policy the cache cannot keep its
 	// accounting exact, so it is poisoned: the call that met the refusal
 	// and every later Acquire, Admit, Append, Fork, Truncate, SparseAccess,
 	// Release and Clear return an error wrapping ErrPolicy and the

@@ -39,7 +39,7 @@ func (c *Cache) mergeBlock(s *sequence, i int, n *radix.Node[int32]) {
 		// x as it was.
 		ga.owner[slot] = x
 		if err := ga.insert(x, c.entryOf(x), pins > 0); err != nil {
-			c.poison(ga, x, err)
+			c.poison(ga, "Insert of unit %d: %w", x, err)
 			ga.push(slot)
 			continue
 		}

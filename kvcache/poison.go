@@ -13,11 +13,12 @@ import (
 // dropped, a unit that cannot be adopted frees its slot) and refuses every
 // later mutating call with the recorded error (ErrPolicy).
 
-// poison records that the policy of arena a refused unit u with err and
-// returns the cache's poison error (the first one recorded).
-func (c *Cache) poison(a *arena, u UnitID, err error) error {
+// poison records that the policy of arena a broke its contract, as
+// described by format and args (which may wrap the policy's error with %w),
+// and returns the cache's poison error (the first one recorded).
+func (c *Cache) poison(a *arena, format string, args ...any) error {
 	if c.poisoned == nil {
-		c.poisoned = fmt.Errorf("%w: %s policy of pool %d refused unit %d: %w", ErrPolicy, a.tier, a.pool, u, err)
+		c.poisoned = fmt.Errorf("%w: %s policy of pool %d: "+format, append([]any{ErrPolicy, a.tier, a.pool}, args...)...)
 	}
 	return c.poisoned
 }

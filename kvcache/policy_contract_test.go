@@ -217,3 +217,112 @@ func TestPolicyRefusesMerge(t *testing.T) {
 		})
 	}
 }
+
+// lyingPolicy is an LRU whose Evict, once armed, returns lie instead of a
+// victim (without evicting anything), or reports no victim when none is set.
+type lyingPolicy struct {
+	eviction.Policy[UnitID]
+	armed bool
+	lie   func() (UnitID, bool)
+}
+
+func (p *lyingPolicy) Evict() (UnitID, bool) {
+	if p.armed {
+		p.armed = false
+		return p.lie()
+	}
+	return p.Policy.Evict()
+}
+
+// TestPolicyEvictsWhatItMustNot: a GPU policy whose Evict returns a key
+// that is no evictable unit of its arena (garbage, a pinned unit, a unit of
+// the other tier) or no victim although it tracks evictable units poisons
+// the cache instead of panicking on a bad index or handing out a slot in
+// use.
+func TestPolicyEvictsWhatItMustNot(t *testing.T) {
+	for name, lie := range map[string]func(c *Cache, pinned, cpu UnitID) (UnitID, bool){
+		"out of range": func(*Cache, UnitID, UnitID) (UnitID, bool) { return 1 << 40, true },
+		"no unit":      func(*Cache, UnitID, UnitID) (UnitID, bool) { return ^UnitID(0), true },
+		"bad slice":    func(*Cache, UnitID, UnitID) (UnitID, bool) { return 3, true },
+		"pinned":       func(_ *Cache, pinned, _ UnitID) (UnitID, bool) { return pinned, true },
+		"cpu unit":     func(_ *Cache, _, cpu UnitID) (UnitID, bool) { return cpu, true },
+		"none":         func(*Cache, UnitID, UnitID) (UnitID, bool) { return 0, false },
+	} {
+		t.Run(name, func(t *testing.T) {
+			// Three layers: three slices per block in a 2-bit slice
+			// field, so slice 3 does not exist.
+			m := layout.Model{Name: "tiny3", Layers: 3, QueryHeads: 4, KVHeads: 2, HeadDim: 2, ElemBytes: 1}
+			l, err := layout.New(m, layout.PagedLayer, 4)
+			require.NoError(t, err)
+			var gp *lyingPolicy
+			factory := func(info PoolInfo) (eviction.Policy[UnitID], error) {
+				p := &lyingPolicy{Policy: eviction.NewLRU[UnitID]()}
+				if info.Tier == GPU {
+					gp = p
+				}
+				return p, nil
+			}
+			c, err := New(Config{Layout: l, GPU: Capacity{Units: 6}, CPU: Capacity{Units: 6}, GPUPolicy: factory})
+			require.NoError(t, err)
+			// One block offloaded to the CPU, one pinned, one cached.
+			a, err := c.Acquire(Request{Tokens: seqTokens(4, 0)})
+			require.NoError(t, err)
+			require.NoError(t, c.Release(a.Seq))
+			b, err := c.Acquire(Request{Tokens: seqTokens(8, 100)})
+			require.NoError(t, err)
+			require.NoError(t, c.Release(b.Seq))
+			live, err := c.Acquire(Request{Tokens: seqTokens(4, 100)})
+			require.NoError(t, err)
+			c.mu.Lock()
+			pinned := c.unit(c.seqs[live.Seq].blocks[0], 0)
+			var cpu UnitID
+			for u, tier := range c.uTier {
+				if tier == CPU {
+					cpu = UnitID(u)
+				}
+			}
+			c.mu.Unlock()
+			require.Equal(t, int64(3), c.Stats().CPU.Cached)
+			gp.lie = func() (UnitID, bool) { return lie(c, pinned, cpu) }
+			gp.armed = true
+			before := c.Stats()
+			require.NotPanics(t, func() { _, err = c.Acquire(Request{Tokens: seqTokens(4, 200)}) })
+			require.ErrorIs(t, err, ErrPolicy)
+			require.ErrorContains(t, err, "Evict")
+			require.Equal(t, before, c.Stats())
+			require.NoError(t, c.checkInvariants(), "the lie took nothing from the policy: exact rollback")
+			_, err = c.Append(live.Seq, 1)
+			require.ErrorIs(t, err, ErrPolicy)
+		})
+	}
+}
+
+// TestCPUPolicyEvictsGarbage: the CPU policy's Evict returns a key that is
+// no unit at all while the cache makes room for an offload.
+func TestCPUPolicyEvictsGarbage(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	var cp *lyingPolicy
+	factory := func(info PoolInfo) (eviction.Policy[UnitID], error) {
+		p := &lyingPolicy{Policy: eviction.NewLRU[UnitID](), lie: func() (UnitID, bool) { return 1 << 40, true }}
+		if info.Tier == CPU {
+			cp = p
+		}
+		return p, nil
+	}
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: 4}, CPU: Capacity{Units: 2}, GPUPolicy: factory, CPUPolicy: factory})
+	require.NoError(t, err)
+	a, err := c.Acquire(Request{Tokens: seqTokens(4, 0)})
+	require.NoError(t, err)
+	require.NoError(t, c.Release(a.Seq))
+	b, err := c.Acquire(Request{Tokens: seqTokens(8, 100)}) // offloads a: the CPU is full
+	require.NoError(t, err)
+	require.Equal(t, 2, b.OffloadedUnits)
+	require.NoError(t, c.Release(b.Seq))
+	before := c.Stats()
+	cp.armed = true
+	require.NotPanics(t, func() { _, err = c.Acquire(Request{Tokens: seqTokens(4, 200)}) })
+	require.ErrorIs(t, err, ErrPolicy)
+	require.ErrorContains(t, err, "cpu policy of pool 0: Evict returned 1099511627776")
+	require.Equal(t, before, c.Stats())
+	require.NoError(t, c.checkInvariants())
+}

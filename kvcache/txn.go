@@ -203,7 +203,7 @@ func (c *Cache) runTxn() error {
 		a := c.gpu[p]
 		a.owner[s] = n.u
 		if err := a.insert(n.u, c.entryOf(n.u), true); err != nil {
-			return c.abort(c.poison(a, n.u, err))
+			return c.abort(c.poison(a, "Insert of unit %d: %w", n.u, err))
 		}
 		c.uPins[n.u] = 1
 		t.log(undoInsert, GPU, p, s, n.u)
@@ -234,20 +234,28 @@ func (c *Cache) takeGPU(p int) (int32, error) {
 	}
 	v, ok := a.evict()
 	if !ok {
-		// The capacity check makes this unreachable.
-		return 0, fmt.Errorf("%w: GPU pool %d has nothing to evict", ErrNoSpace, p)
+		// The capacity check found evictable units.
+		return 0, c.poison(a, "Evict found no victim among %d evictable units", a.evictable())
+	}
+	if !c.isVictim(a, v) {
+		a.tracked++ // no unit of the arena left
+		return 0, c.poison(a, "Evict returned %d, not an evictable unit of the arena", v)
 	}
 	s := c.uSlot[v]
 	t.log(undoSlot, GPU, p, s, v)
 	to := int32(-1)
 	if c.shouldOffload(v, p) {
-		if cs, ok := c.takeCPU(p); ok {
+		cs, ok, err := c.takeCPU(p)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
 			ca := c.cpu[p]
 			ca.owner[cs] = v
 			if err := ca.insert(v, c.entryOf(v), true); err != nil {
 				// The rollback gives cs back (to the free list or to
 				// the CPU victim that left it) and v its GPU slot.
-				return 0, c.poison(ca, v, err)
+				return 0, c.poison(ca, "Insert of unit %d: %w", v, err)
 			}
 			t.log(undoInsert, CPU, p, cs, v)
 			t.batch = append(t.batch, Copy{Pool: p, From: GPU, FromSlot: s, To: CPU, ToSlot: cs})
@@ -260,21 +268,46 @@ func (c *Cache) takeGPU(p int) (int32, error) {
 
 // takeCPU returns a CPU slot of pool p, dropping a CPU victim when none is
 // free; ok is false when the arena is full of pinned units or has no slots.
-func (c *Cache) takeCPU(p int) (int32, bool) {
+// It fails only when the policy broke its contract (the caller rolls back).
+func (c *Cache) takeCPU(p int) (int32, bool, error) {
 	t := &c.tx
 	a := c.cpu[p]
 	if s, ok := a.pop(); ok {
 		t.log(undoSlot, CPU, p, s, noUnit)
-		return s, true
+		return s, true, nil
 	}
 	v, ok := a.evict()
 	if !ok {
-		return 0, false
+		return 0, false, nil
+	}
+	if !c.isVictim(a, v) {
+		a.tracked++ // no unit of the arena left
+		return 0, false, c.poison(a, "Evict returned %d, not an evictable unit of the arena", v)
 	}
 	s := c.uSlot[v]
 	t.log(undoSlot, CPU, p, s, v)
 	t.cpuVictims = append(t.cpuVictims, victim{u: v, pool: int32(p), slot: s, to: -1})
-	return s, true
+	return s, true, nil
+}
+
+// isVictim reports whether v, returned by the Evict of a's policy, is a unit
+// the policy could evict: a unit of a's tier and pool that holds the slot
+// the cache gave it, not pinned on the GPU, and not evicted already by the
+// running transaction (its slot then has a new owner). A unit pinned in the
+// CPU arena by the running transaction (an onboard or copy source) is not
+// detected.
+func (c *Cache) isVictim(a *arena, v UnitID) bool {
+	if uint64(v) >= uint64(len(c.uTier)) || c.sliceOf(v) >= c.numSlices {
+		return false
+	}
+	if c.uTier[v] != a.tier || c.poolOfUnit(v) != a.pool {
+		return false
+	}
+	s := c.uSlot[v]
+	if s < 0 || int(s) >= a.capacity() || a.owner[s] != v {
+		return false
+	}
+	return a.tier != GPU || c.uPins[v] == 0
 }
 
 // shouldOffload decides whether GPU victim v of pool p goes to the CPU.
@@ -315,7 +348,7 @@ func (c *Cache) undoOne(r undoRec) {
 			// The policy will not track the victim again: it loses
 			// its bytes as if evicted and dropped, so that its slot
 			// is free rather than held by an untracked unit.
-			c.poison(a, r.u, err)
+			c.poison(a, "Insert of unit %d: %w", r.u, err)
 			a.push(r.slot)
 			a.evictions++
 			a.drops++
