@@ -416,6 +416,9 @@ func TestBadRequests(t *testing.T) {
 	require.ErrorIs(t, err, ErrOutOfRange)
 	_, err = c.Locate(p.Seq, 0, 2)
 	require.ErrorIs(t, err, ErrOutOfRange)
+	require.NotPanics(t, func() { err = c.SparseAccess(p.Seq, 0, make([][]int64, 4), nil) })
+	require.ErrorIs(t, err, ErrInvalidRequest)
+	require.ErrorContains(t, err, "nil SparseResult")
 	require.NoError(t, c.checkInvariants())
 }
 

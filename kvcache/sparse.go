@@ -58,9 +58,9 @@ func (r *SparseResult) reset() {
 // the batch and then the layer's kernel. res is overwritten.
 //
 // It returns an error wrapping ErrUnknownSequence, ErrInvalidRequest
-// (len(heads) is not the model's query heads), ErrOutOfRange (bad layer or
-// block), ErrNoSpace or ErrCopyFailed; nothing is then changed and the
-// previous pins stay.
+// (len(heads) is not the model's query heads, or res is nil), ErrOutOfRange
+// (bad layer or block), ErrNoSpace or ErrCopyFailed; nothing is then changed
+// and the previous pins stay.
 func (c *Cache) SparseAccess(id SeqID, layer int, heads [][]int64, res *SparseResult) error {
 	c.mu.Lock()
 	defer c.unlock()
@@ -76,6 +76,9 @@ func (c *Cache) SparseAccess(id SeqID, layer int, heads [][]int64, res *SparseRe
 	}
 	if len(heads) != c.queryHeads {
 		return fmt.Errorf("%w: %d query heads selected, model has %d", ErrInvalidRequest, len(heads), c.queryHeads)
+	}
+	if res == nil {
+		return fmt.Errorf("%w: nil SparseResult", ErrInvalidRequest)
 	}
 	nb := int64(len(s.blocks))
 	kv := int(c.layerKV[layer])
