@@ -12,7 +12,7 @@ import (
 )
 
 // errBadFlag reports a flag value the simulation cannot use.
-var errBadFlag = errors.New("multiturn: bad flag")
+var errBadFlag = errors.New("bad flag") // main prefixes "multiturn: "
 
 // config is everything a run depends on: the workload, the cache, the cost
 // model and the output. Every field has a flag.
@@ -56,7 +56,7 @@ type config struct {
 func defaultConfig() config {
 	return config{
 		Seed:          1,
-		Sessions:      300,
+		Sessions:      200,
 		Rate:          0.25,
 		TurnsMean:     5,
 		MaxTurns:      20,

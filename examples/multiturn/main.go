@@ -19,6 +19,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -26,6 +28,9 @@ import (
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return // -h: the flag package printed the usage
+		}
 		fmt.Fprintln(os.Stderr, "multiturn:", err)
 		os.Exit(1)
 	}

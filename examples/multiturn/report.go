@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -75,8 +74,10 @@ func simulateAll(c config) (*report, error) {
 	}
 	close(next)
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
+	for _, err := range errs {
+		if err != nil {
+			return nil, err // the first, in report order
+		}
 	}
 	return rep, nil
 }
@@ -158,9 +159,22 @@ func explain(rep *report, rows []result) []string {
 		return w
 	}
 	var out []string
+	// Admission does not depend on the policy (evictable units count as
+	// room), so the waits are usually the same for every row: say it once.
+	same := true
+	for _, r := range rows {
+		same = same && r.Deferred == rows[0].Deferred && r.WaitMeanMs == rows[0].WaitMeanMs
+	}
 	for _, r := range rows {
 		if r.Deferred > 0 {
-			out = append(out, fmt.Sprintf("%s: %d turns waited for GPU room next to the running turns (mean wait %.1f ms, not counted in TTFT).", r.Policy, r.Deferred, r.WaitMeanMs))
+			who := r.Policy
+			if same {
+				who = "every policy"
+			}
+			out = append(out, fmt.Sprintf("%s: %d turns waited for GPU room next to the running turns (mean wait %.1f ms, not counted in TTFT).", who, r.Deferred, r.WaitMeanMs))
+		}
+		if same {
+			break
 		}
 	}
 	// vs compares the winner r's value a with the baseline's b (printed

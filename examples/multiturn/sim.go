@@ -229,8 +229,9 @@ func (m *sim) loop() error {
 		}
 	}
 	if len(m.waits) > 0 {
-		return fmt.Errorf("%w: %d turns wait for GPU space that no release will free: the GPU is too small for the sessions that run at once",
-			kvcache.ErrNoSpace, len(m.waits))
+		// Every turn has ended, so the GPU holds nothing pinned.
+		return fmt.Errorf("%w: session %d's turn %d does not fit on the idle GPU (its prompt and answer need more slots than the GPU has)",
+			kvcache.ErrNoSpace, m.waits[0].s, m.state[m.waits[0].s].turn)
 	}
 	return nil
 }
