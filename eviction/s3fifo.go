@@ -26,6 +26,11 @@ type S3FIFOConfig struct {
 	// the small FIFO's head. Zero means 2 (libCacheSim's default); the
 	// S3-FIFO paper and blog describe 1. It must be in [1, 255].
 	MoveToMainThreshold int
+	// Original selects the original S3-FIFO (libCacheSim's S3FIFOv0.c): a
+	// new key always enters the small queue, also before the first Evict.
+	// The default (false) is the December 2024 version, which sends new
+	// keys to main while small is full and nothing was evicted yet.
+	Original bool
 }
 
 // Default S3-FIFO parameters, as in libCacheSim.
@@ -92,7 +97,8 @@ type s3Meta struct {
 // into main (the ghost entry is consumed); any other key goes into small,
 // except that until the first Evict, a key arriving when small is full goes
 // into main (the December 2024 change: the cache fills main during warm-up
-// instead of evicting from a full small queue). Access increments the
+// instead of evicting from a full small queue; S3FIFOConfig.Original turns
+// it off, giving libCacheSim's S3FIFOv0). Access increments the
 // counter. Evict takes from main if main holds more than its share or small
 // is empty, else from small:
 //
@@ -128,7 +134,7 @@ type s3Meta struct {
 // main at most once per insertion, and each main reinsertion spends one of
 // at most 3 counted hits. Nodes (tracked and ghost) live in a slab indexed
 // by int32 with a free list, so once the working set stops growing nothing
-// allocates. Per key: one map entry plus a 40-byte node for uint64 keys;
+// allocates. Per key: one map entry plus a 32-byte node for uint64 keys;
 // ghost keys cost the same.
 //
 // The zero S3FIFO is not usable; create one with [NewS3FIFO]. An S3FIFO is
@@ -145,7 +151,8 @@ type S3FIFO[K comparable] struct {
 	threshold, freqCap                    uint8
 
 	// hasEvicted is libCacheSim's has_evicted: false until the first
-	// Evict, while a full small queue overflows into main.
+	// Evict, while a full small queue overflows into main. NewS3FIFO sets
+	// it for the Original version, which never overflows.
 	hasEvicted bool
 	// claimed is the node Admit took out of the ghost, or noLink.
 	claimed int32
@@ -171,6 +178,8 @@ func NewS3FIFO[K comparable](cfg S3FIFOConfig) (*S3FIFO[K], error) {
 		threshold: uint8(cfg.MoveToMainThreshold),
 		freqCap:   max(3, uint8(cfg.MoveToMainThreshold)),
 		claimed:   noLink,
+		// The original version behaves as if eviction had started.
+		hasEvicted: cfg.Original,
 	}
 	p.mainCap = p.capacity - p.smallCap
 	p.slab.init(s3Lists)

@@ -88,6 +88,16 @@ func TestS3FIFOOrder(t *testing.T) {
 		require.Equal(t, 2, evict(p), "small is empty: main's head")
 	})
 
+	t.Run("the original version does not overflow", func(t *testing.T) {
+		// S3FIFOv0: keys 1..3 all enter small, which evicts in order.
+		p, err := eviction.NewS3FIFO[int](eviction.S3FIFOConfig{Capacity: 10, Original: true})
+		require.NoError(t, err)
+		for k := 1; k <= 3; k++ {
+			require.NoError(t, p.Insert(k, one))
+		}
+		require.Equal(t, []int{1, 2, 3}, []int{evict(p), evict(p), evict(p)})
+	})
+
 	t.Run("two hits in small move a key to main", func(t *testing.T) {
 		p := newP()
 		require.NoError(t, p.Insert(9, one))
@@ -238,11 +248,14 @@ type refS3Obj struct {
 	freq int
 }
 
-func newRefS3FIFO(capacity int64, smallRatio, ghostRatio float64, threshold int) *refS3FIFO {
+// newRefS3FIFO builds the reference; original selects S3FIFOv0.c, whose
+// insert never overflows into main (as if has_evicted were always true).
+func newRefS3FIFO(capacity int64, smallRatio, ghostRatio float64, threshold int, original bool) *refS3FIFO {
 	small := int64(float64(capacity) * smallRatio)
 	return &refS3FIFO{
 		capacity: capacity, smallCap: small, mainCap: capacity - small,
 		ghostCap: int64(float64(capacity) * ghostRatio), threshold: threshold,
+		hasEvicted: original,
 	}
 }
 
@@ -342,13 +355,16 @@ func TestS3FIFOMatchesReference(t *testing.T) {
 		capacity          int64
 		small, ghost      float64
 		threshold, maxObj int
+		original          bool
 	}{
-		{100, 0.1, 0.9, 2, 12},
-		{100, 0.1, 0.9, 1, 12},
-		{257, 0.25, 0.5, 3, 20},
-		{64, 0.1, 2.0, 2, 1},
-		{1000, 0.05, 0.9, 2, 60},
-		{300, 0.3, 0.9, 5, 10},
+		{100, 0.1, 0.9, 2, 12, false},
+		{100, 0.1, 0.9, 1, 12, false},
+		{257, 0.25, 0.5, 3, 20, false},
+		{64, 0.1, 2.0, 2, 1, false},
+		{1000, 0.05, 0.9, 2, 60, false},
+		{300, 0.3, 0.9, 5, 10, false},
+		{100, 0.1, 0.9, 2, 12, true},
+		{500, 0.2, 0.9, 1, 30, true},
 	}
 	for ci, c := range configs {
 		for seed := range uint64(6) {
@@ -356,9 +372,10 @@ func TestS3FIFOMatchesReference(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, uint64(ci)))
 			zipf := rand.NewZipf(rng, 1.1, 4, 400)
 			sizes := map[int]int64{}
-			ref := newRefS3FIFO(c.capacity, c.small, c.ghost, c.threshold)
+			ref := newRefS3FIFO(c.capacity, c.small, c.ghost, c.threshold, c.original)
 			p, err := eviction.NewS3FIFO[int](eviction.S3FIFOConfig{
 				Capacity: c.capacity, SmallRatio: c.small, GhostRatio: c.ghost, MoveToMainThreshold: c.threshold,
+				Original: c.original,
 			})
 			require.NoError(t, err)
 			resident := map[int]int64{}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+
 	"github.com/kvtier/kvtier/eviction"
 	"github.com/kvtier/kvtier/eviction/replay"
 	"github.com/kvtier/kvtier/eviction/trace"
@@ -91,5 +93,55 @@ func BenchmarkReplay(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// BenchmarkReplayBaseline is the baseline for BenchmarkReplay's LRU: the
+// cache simulation one would write by hand around hashicorp/golang-lru's
+// simplelru, whose single map serves both the hit test and the eviction
+// order (the replay keeps its own index beside the policy's, and goes
+// through the Policy interface). It gives the same miss counts.
+//
+//	go test -run '^$' -bench '^BenchmarkReplayBaseline$' -benchtime 20x ./eviction/replay/
+func BenchmarkReplayBaseline(b *testing.B) {
+	name, reqs := benchTrace(b)
+	for _, capacity := range []int64{128 * mib, 1024 * mib} {
+		want, err := replay.RunRequests(eviction.NewLRU[uint64](), reqs, replay.Config{Capacity: capacity})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("%s/golang-lru/%dMiB", name, capacity/mib), func(b *testing.B) {
+			b.ReportAllocs()
+			var loop time.Duration
+			for b.Loop() {
+				start := time.Now()
+				lru, err := simplelru.NewLRU[uint64, int64](1<<30, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				var occupied, misses int64
+				for i := range reqs {
+					q := &reqs[i]
+					if _, ok := lru.Get(q.ID); ok {
+						continue
+					}
+					misses++
+					if q.Size > capacity {
+						continue
+					}
+					for occupied+q.Size > capacity {
+						_, size, _ := lru.RemoveOldest()
+						occupied -= size
+					}
+					lru.Add(q.ID, q.Size)
+					occupied += q.Size
+				}
+				loop += time.Since(start)
+				if misses != want.Misses {
+					b.Fatalf("baseline: %d misses, replay %d", misses, want.Misses)
+				}
+			}
+			b.ReportMetric(float64(len(reqs))*float64(b.N)/loop.Seconds(), "req/s")
+		})
 	}
 }

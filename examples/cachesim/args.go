@@ -39,7 +39,7 @@ type options struct {
 }
 
 // policyNames lists the POLICIES cachesim knows.
-var policyNames = []string{"lru", "fifo", "s3fifo", "plru", "retention"}
+var policyNames = []string{"lru", "fifo", "s3fifo", "s3fifov0", "plru", "retention"}
 
 // parseArgs parses the flags, which may come before, between or after the
 // four positional arguments.
@@ -120,8 +120,11 @@ func parsePolicies(s string) ([]string, error) {
 	var out []string
 	for _, name := range strings.Split(s, ",") {
 		name = strings.ToLower(strings.TrimSpace(name))
-		if name == "s3-fifo" {
+		switch name {
+		case "s3-fifo":
 			name = "s3fifo"
+		case "s3-fifov0", "s3fifo-v0":
+			name = "s3fifov0"
 		}
 		known := false
 		for _, p := range policyNames {

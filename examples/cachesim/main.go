@@ -11,8 +11,8 @@
 // TRACE is a trace file. TYPE is its format: oracleGeneral (libCacheSim's
 // binary format), txt (one object id per line) or csv (columns chosen with
 // -csv-time-col, -csv-id-col, -csv-size-col, -csv-header, -csv-delimiter).
-// POLICIES is a comma-separated list of lru, fifo, s3fifo, plru and
-// retention. SIZES is a comma-separated list of cache sizes: plain numbers,
+// POLICIES is a comma-separated list of lru, fifo, s3fifo, s3fifov0, plru
+// and retention. SIZES is a comma-separated list of cache sizes: plain numbers,
 // or numbers with a unit, KiB/MiB/GiB/TiB (powers of 1024) or KB/MB/GB/TB
 // (powers of 1000), case-insensitive.
 //
@@ -34,7 +34,10 @@
 //   - lru, fifo: eviction.NewLRU, eviction.NewFIFO.
 //   - s3fifo: eviction.NewS3FIFO with libCacheSim's defaults (small queue
 //     10%, ghost 90%, move-to-main threshold 2), changed with
-//     -s3fifo-small-ratio, -s3fifo-ghost-ratio and -s3fifo-threshold.
+//     -s3fifo-small-ratio, -s3fifo-ghost-ratio and -s3fifo-threshold; this
+//     is libCacheSim's S3FIFO (December 2024 version).
+//   - s3fifov0: the same with S3FIFOConfig.Original, libCacheSim's
+//     S3FIFOv0 (the original S3-FIFO).
 //   - plru: eviction.NewPrioritizedLRU. A trace carries no priorities, so
 //     every object has the default priority and plru behaves as LRU.
 //   - retention: eviction.NewRetention, Pensieve's cost / time-inactive,

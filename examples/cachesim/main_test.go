@@ -97,8 +97,8 @@ func TestCachesimGeneratedTrace(t *testing.T) {
 	sizes := []int64{1 << 20, 8 << 20}
 
 	// Flags before, between and after the positional arguments.
-	res := runJSON(t, "-parallel", "2", bin, "oracleGeneral", "lru,fifo,s3fifo,plru,retention", "1MiB,8MiB", "--s3fifo-threshold", "2")
-	require.Len(t, res, 10)
+	res := runJSON(t, "-parallel", "2", bin, "oracleGeneral", strings.Join(policyNames, ","), "1MiB,8MiB", "--s3fifo-threshold", "2")
+	require.Len(t, res, 2*len(policyNames))
 	i := 0
 	for _, name := range policyNames {
 		for _, size := range sizes {
@@ -230,8 +230,8 @@ func TestCachesimCloudPhysics(t *testing.T) {
 	if _, err := os.Stat(path); err != nil {
 		t.Skipf("libCacheSim's cloudPhysicsIO trace is not at %s (%v): skipping; it lives in ../shared/traces beside the project", path, err)
 	}
-	res := runJSON(t, path, "oracleGeneral", "lru,fifo,s3fifo,retention", "128MiB,1GiB", "-parallel", "2")
-	want := []int64{93374, 71704, 93403, 72140, 90117, 56045, 93374, 71704}
+	res := runJSON(t, path, "oracleGeneral", "lru,fifo,s3fifo,s3fifov0,retention", "128MiB,1GiB", "-parallel", "2")
+	want := []int64{93374, 71704, 93403, 72140, 90117, 56045, 89307, 70355, 93374, 71704}
 	require.Len(t, res, len(want))
 	for i, r := range res {
 		require.Equal(t, int64(113872), r.Requests)

@@ -33,12 +33,13 @@ func newPolicy(o options, name string, capacity int64, clock eviction.Clock) (ev
 		return eviction.NewLRU[uint64](), nil
 	case "fifo":
 		return eviction.NewFIFO[uint64](), nil
-	case "s3fifo":
+	case "s3fifo", "s3fifov0":
 		return eviction.NewS3FIFO[uint64](eviction.S3FIFOConfig{
 			Capacity:            capacity,
 			SmallRatio:          o.s3SmallRatio,
 			GhostRatio:          o.s3GhostRatio,
 			MoveToMainThreshold: o.s3Threshold,
+			Original:            name == "s3fifov0",
 		})
 	case "plru":
 		return eviction.NewPrioritizedLRU[uint64](clock), nil
