@@ -48,8 +48,7 @@ const (
 )
 
 var (
-	layoutNames = []string{"paged", "bsa"}
-	// policyNames are the default policies; s3fifo-raw is accepted too.
+	layoutNames   = []string{"paged", "bsa"}
 	policyNames   = []string{"lru", "fifo", "s3fifo", "prio-lru", "retention"}
 	selectorNames = []string{"uniform", "sticky", "sink"}
 )
@@ -58,7 +57,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("bsasim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	layouts := fs.String("layouts", strings.Join(layoutNames, ","), "layouts to compare: paged (per-layer 32-token pages) and/or bsa (per-layer per-KV-head 512-token blocks)")
-	policies := fs.String("policies", strings.Join(policyNames, ","), "GPU eviction policies: lru, fifo, s3fifo, prio-lru, retention (and s3fifo-raw: kvcache's S3-FIFO factory without hit counting)")
+	policies := fs.String("policies", strings.Join(policyNames, ","), "GPU eviction policies: lru, fifo, s3fifo, prio-lru, retention")
 	sizes := fs.String("sizes", "1,2,3,3.5,4,6", "GPU tier capacities in GiB, comma separated")
 	var c config
 	fs.IntVar(&c.sequences, "sequences", defaultSequences, "sequences per configuration (batch size 1, cache reset for each)")
@@ -86,7 +85,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if c.layouts, err = parseNames("-layouts", *layouts, layoutNames); err != nil {
 		return config{}, err
 	}
-	if c.policies, err = parseNames("-policies", *policies, append(slices.Clone(policyNames), "s3fifo-raw")); err != nil {
+	if c.policies, err = parseNames("-policies", *policies, policyNames); err != nil {
 		return config{}, err
 	}
 	if c.sizesGiB, err = parseSizes(*sizes); err != nil {
