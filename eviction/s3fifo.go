@@ -156,6 +156,12 @@ type S3FIFO[K comparable] struct {
 	hasEvicted bool
 	// claimed is the node Admit took out of the ghost, or noLink.
 	claimed int32
+	// absent is a key Admit found in no queue, while absentValid. Only
+	// Insert and Admit add keys to the index, and both clear absentValid,
+	// so until then the Insert that follows Admit can skip its lookup: one
+	// hash probe less per miss in a replay.
+	absent      K
+	absentValid bool
 }
 
 var _ Policy[int] = (*S3FIFO[int])(nil)
@@ -197,7 +203,13 @@ func (p *S3FIFO[K]) Insert(k K, e Entry) error {
 	if err := e.Validate(); err != nil {
 		return err
 	}
-	if i, ok := p.index[k]; ok {
+	var i int32
+	ok := false
+	if !p.absentValid || p.absent != k {
+		i, ok = p.index[k]
+	}
+	p.forgetAbsent()
+	if ok {
 		n := &p.slab.nodes[i]
 		switch n.meta.queue {
 		case s3Ghost:
@@ -396,8 +408,10 @@ func (p *S3FIFO[K]) Admit(k K, size int64) (makeRoom, insert bool) {
 	makeRoom = size >= 1 && size <= p.capacity && size <= p.smallCap
 	i, ok := p.index[k]
 	if !ok {
+		p.absent, p.absentValid = k, true
 		return makeRoom, makeRoom && size < p.smallCap
 	}
+	p.forgetAbsent()
 	if p.slab.nodes[i].meta.queue != s3Ghost {
 		return false, false
 	}
@@ -436,6 +450,12 @@ func (p *S3FIFO[K]) detach(i int32) {
 func (p *S3FIFO[K]) forget(i int32) {
 	delete(p.index, p.slab.nodes[i].key)
 	p.slab.release(i)
+}
+
+// forgetAbsent ends Admit's promise that a key is in no queue.
+func (p *S3FIFO[K]) forgetAbsent() {
+	var zero K
+	p.absent, p.absentValid = zero, false
 }
 
 // dropClaim forgets a ghost entry Admit claimed and no Insert used.
