@@ -29,7 +29,11 @@ import (
 //   - a block is shared only by sequences with equal keys and prefixes;
 //   - a unit pinned before and after an operation did not move;
 //   - a failed operation (injected copy failure, no space, bad input)
-//     changed nothing.
+//     changed nothing;
+//   - the counters of Stats equal the sums of what the plans of successful
+//     operations reported (nothing counted twice, nothing missed);
+//   - a router that replays the events knows exactly the tree's blocks and
+//     the tier of each of their units.
 
 // errInjected is the failure of faultyMover.
 var errInjected = errors.New("injected copy failure")
@@ -134,6 +138,10 @@ type harness struct {
 	clock  *eviction.ManualClock
 	events []Event
 	steps  int
+	// routed is the tier of each unit of each known block, by block hash,
+	// as a router replaying the events sees it.
+	routed map[uint64][]Tier
+	plans  ledger
 	// counts of what happened, to show the test exercised each path
 	counts map[string]int
 }
@@ -145,9 +153,10 @@ func newHarness(t testing.TB, mc modelConfig, choose func(int) int) *harness {
 	store, err := NewMemoryStore(l, mc.gpu, mc.cpu)
 	require.NoError(t, err)
 	h := &harness{t: t, store: store, mover: &faultyMover{inner: store}, lay: l, choose: choose,
-		ref: map[SeqID]*refSeq{}, counts: map[string]int{}, clock: &eviction.ManualClock{}}
+		ref: map[SeqID]*refSeq{}, counts: map[string]int{}, clock: &eviction.ManualClock{},
+		routed: map[uint64][]Tier{}}
 	cfg := Config{Layout: l, GPU: mc.gpu, CPU: mc.cpu, Mover: h.mover, CostModel: mc.cost, Clock: h.clock,
-		Events: func(e Event) { h.events = append(h.events, e) }}
+		Events: func(e Event) { h.events = append(h.events, e); h.route(e) }}
 	if mc.policy != nil {
 		cfg.GPUPolicy, cfg.CPUPolicy = mc.policy(), mc.policy()
 	}
@@ -163,16 +172,111 @@ func newHarness(t testing.TB, mc modelConfig, choose func(int) int) *harness {
 	return h
 }
 
+// route applies an event to the router's view (routed).
+func (h *harness) route(e Event) {
+	switch e.Kind {
+	case BlockStored:
+		_, known := h.routed[e.Hash]
+		require.False(h.t, known, "step %d: block %x stored twice", h.steps, e.Hash)
+		tiers := make([]Tier, h.lay.UnitsPerBlock())
+		for i := range tiers {
+			tiers[i] = e.To
+		}
+		h.routed[e.Hash] = tiers
+	case BlockRemoved:
+		_, known := h.routed[e.Hash]
+		require.True(h.t, known, "step %d: unknown block %x removed", h.steps, e.Hash)
+		delete(h.routed, e.Hash)
+	case AllCleared:
+		clear(h.routed)
+	default:
+		tiers, known := h.routed[e.Hash]
+		require.True(h.t, known, "step %d: %s event for unknown block %x", h.steps, e.Kind, e.Hash)
+		require.Equal(h.t, e.From, tiers[e.Slice], "step %d: %s event of block %x slice %d", h.steps, e.Kind, e.Hash, e.Slice)
+		require.Equal(h.t, h.c.SlicePool(e.Slice), e.Pool)
+		tiers[e.Slice] = e.To
+	}
+}
+
+// ledger sums what the plans of successful operations reported.
+type ledger struct {
+	offloads, onboards, copies, drops      uint64
+	bytesMoved, recomputed                 int64
+	gpuHits, gpuMisses, cpuHits, cpuMisses uint64
+}
+
+// record adds plan p to the ledger; lookups says whether the operation
+// counts its units as cache lookups (a dense Acquire).
+func (h *harness) record(p Plan, lookups bool) {
+	l := &h.plans
+	l.offloads += uint64(p.OffloadedUnits)
+	l.onboards += uint64(p.OnboardedUnits)
+	l.copies += uint64(p.CopiedUnits)
+	l.drops += uint64(p.DroppedUnits)
+	l.recomputed += int64(p.RecomputeTokens)
+	for _, cp := range p.Copies {
+		l.bytesMoved += h.lay.Pools()[cp.Pool].UnitBytes
+	}
+	if lookups {
+		l.gpuHits += uint64(p.HitUnits)
+		l.gpuMisses += uint64(p.OnboardedUnits + p.FreshUnits)
+		l.cpuHits += uint64(p.OnboardedUnits)
+		l.cpuMisses += uint64(p.FreshUnits)
+	}
+}
+
+// recordSparse adds a SparseAccess result to the ledger.
+func (h *harness) recordSparse(r *SparseResult) {
+	l := &h.plans
+	l.offloads += uint64(r.OffloadedUnits)
+	l.onboards += uint64(r.Onboarded)
+	l.drops += uint64(r.DroppedUnits)
+	for _, cp := range r.Copies {
+		l.bytesMoved += h.lay.Pools()[cp.Pool].UnitBytes
+	}
+	l.gpuHits += uint64(r.Hits)
+	l.gpuMisses += uint64(r.Misses)
+	l.cpuHits += uint64(r.Onboarded)
+	l.cpuMisses += uint64(r.Recompute)
+}
+
+// checkLedger compares Stats with the ledger and the router's view with
+// the tree.
+func (h *harness) checkLedger() {
+	st, l := h.c.Stats(), h.plans
+	require.Equal(h.t, l.offloads, st.Offloads, "step %d: offloads", h.steps)
+	require.Equal(h.t, l.onboards, st.Onboards, "step %d: onboards", h.steps)
+	require.Equal(h.t, l.copies, st.Copies, "step %d: copies", h.steps)
+	require.Equal(h.t, l.drops, st.GPU.Drops+st.CPU.Drops, "step %d: drops", h.steps)
+	require.Equal(h.t, l.offloads+l.drops, st.GPU.Evictions+st.CPU.Evictions, "step %d: evictions", h.steps)
+	require.Equal(h.t, l.bytesMoved, st.BytesMoved, "step %d: bytes moved", h.steps)
+	require.Equal(h.t, l.recomputed, st.RecomputedTokens, "step %d: recomputed tokens", h.steps)
+	require.Equal(h.t, [4]uint64{l.gpuHits, l.gpuMisses, l.cpuHits, l.cpuMisses},
+		[4]uint64{st.GPU.Hits, st.GPU.Misses, st.CPU.Hits, st.CPU.Misses}, "step %d: GPU and CPU hits and misses", h.steps)
+	c := h.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.Equal(h.t, c.tree.Len(), len(h.routed), "step %d: blocks known to the router", h.steps)
+	for n := range c.tree.All() {
+		tiers, ok := h.routed[n.Hash()]
+		require.True(h.t, ok, "step %d: the router does not know block %x", h.steps, n.Hash())
+		for sl := range c.numSlices {
+			require.Equal(h.t, c.uTier[c.unit(n.Value, sl)], tiers[sl], "step %d: router's tier of block %x slice %d", h.steps, n.Hash(), sl)
+		}
+	}
+}
+
 // snapshot is the observable state a failed operation must not change.
 type snapshot struct {
-	units map[string]string
-	seqs  map[SeqID]string
-	stats Stats
+	units  map[string]string
+	seqs   map[SeqID]string
+	stats  Stats
+	events int
 }
 
 func (h *harness) snapshot() snapshot {
 	c := h.c
-	s := snapshot{units: map[string]string{}, seqs: map[SeqID]string{}, stats: c.Stats()}
+	s := snapshot{units: map[string]string{}, seqs: map[SeqID]string{}, stats: c.Stats(), events: len(h.events)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for b := range c.blocks {
@@ -390,6 +494,7 @@ func (h *harness) checkAll() {
 		require.Equal(h.t, ts.Capacity, ts.Free+ts.Pinned+ts.Cached)
 	}
 	require.Zero(h.t, st.CPU.Pinned)
+	h.checkLedger()
 }
 
 // expectUnchanged asserts that a failed operation left the state as before.
@@ -405,6 +510,7 @@ func (h *harness) expectUnchanged(before snapshot, err error, sentinels ...error
 	require.Equal(h.t, before.units, after.units, "step %d: units changed by failed op: %v", h.steps, err)
 	require.Equal(h.t, before.seqs, after.seqs, "step %d: sequences changed by failed op", h.steps)
 	require.Equal(h.t, before.stats, after.stats, "step %d: stats changed by failed op", h.steps)
+	require.Equal(h.t, before.events, after.events, "step %d: events of a failed op", h.steps)
 }
 
 func (h *harness) step() {
@@ -493,11 +599,13 @@ func (h *harness) step() {
 			q.pending = slices.Clone(prompt[p.Tokens:])
 			require.Equal(h.t, len(prompt)-p.Tokens, p.Pending)
 			require.Zero(h.t, p.Tokens%c.BlockTokens())
+			h.record(p, false)
 			h.counts["acquire sparse"]++
 		} else {
 			q.tokens = prompt
 			require.Equal(h.t, len(prompt), p.Tokens)
 			require.GreaterOrEqual(h.t, p.ReusedTokens, mustReuse, "step %d: early reuse", h.steps)
+			h.record(p, true)
 			h.counts["acquire"]++
 			if p.OnboardedUnits > 0 {
 				h.counts["onboard"]++
@@ -528,6 +636,7 @@ func (h *harness) step() {
 		q.tokens = append(q.tokens, toks...)
 		require.Equal(h.t, len(q.tokens), p.Tokens)
 		h.fillPlan(id, p)
+		h.record(p, false)
 		h.counts["append"]++
 	case op < 67:
 		id, q, _ := h.pickSeq()
@@ -558,6 +667,7 @@ func (h *harness) step() {
 			}
 		}
 		require.Equal(h.t, len(h.res.Units), h.res.Hits+h.res.Misses)
+		h.recordSparse(&h.res)
 		h.counts["sparse"]++
 		if h.res.Onboarded > 0 {
 			h.counts["sparse onboard"]++
@@ -580,6 +690,7 @@ func (h *harness) step() {
 		}
 		require.Equal(h.t, len(q.tokens), p.Tokens)
 		h.fillPlan(id, p)
+		h.record(p, false)
 		h.counts["truncate"]++
 		if p.CopiedUnits > 0 {
 			h.counts["truncate cow"]++
@@ -596,6 +707,7 @@ func (h *harness) step() {
 		h.ref[p.Seq] = &refSeq{keys: q.keys, tokens: slices.Clone(q.tokens), sparse: q.sparse}
 		h.order = append(h.order, p.Seq)
 		h.fillPlan(p.Seq, p)
+		h.record(p, false)
 		h.counts["fork"]++
 	default:
 		h.badInput(before)
