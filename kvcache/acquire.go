@@ -187,8 +187,8 @@ func (c *Cache) commitBlock(s *sequence, i int, parent *radix.Node[int32]) *radi
 
 // countAccess adds the committed transaction's needs to the hit and miss
 // counters of their pools, and reports each hit to the GPU policy (Access):
-// pinning is not a use for every policy (S3-FIFO counts hits in Access only),
-// and a policy that ignores Access for a pinned key loses nothing.
+// pinning is not a use for every policy (S3-FIFO counts hits in Access
+// only). Policies known to ignore it are skipped (see tellsHits).
 func (c *Cache) countAccess() {
 	for i := range c.tx.needs {
 		n := &c.tx.needs[i]
@@ -196,7 +196,9 @@ func (c *Cache) countAccess() {
 		switch n.act {
 		case actHit:
 			c.gpu[p].hits++
-			c.gpu[p].policy.Access(n.u)
+			if a := c.gpu[p]; a.tellHits {
+				a.policy.Access(n.u)
+			}
 		case actOnboard:
 			c.gpu[p].misses++
 			c.cpu[p].hits++

@@ -70,7 +70,8 @@ type PoolInfo struct {
 // counted in slots, every slot of an arena has the same size. A key is pinned
 // while a sequence uses its unit (Pin and Unpin on the first and last user),
 // and a unit that Acquire or SparseAccess finds on the GPU is reported as a
-// hit with Access, once pinned.
+// hit with Access, once pinned (except to the policies of package eviction
+// that ignore Access of a pinned key, to save the call).
 type PolicyFactory func(PoolInfo) (eviction.Policy[UnitID], error)
 
 // LRUFactory is the default PolicyFactory: an eviction.LRU per arena.
