@@ -129,10 +129,12 @@ type s3Meta struct {
 //   - Remove drops a key without remembering it in the ghost, as
 //     libCacheSim's remove does.
 //
-// Cost: Insert, Access, Pin, Unpin, Remove and Admit do one map operation
-// and O(1) list work. Evict is O(1) amortized: each key moves from small to
-// main at most once per insertion, and each main reinsertion spends one of
-// at most 3 counted hits. Nodes (tracked and ghost) live in a slab indexed
+// Cost: Access, Pin, Unpin, Remove and Admit do one map operation and O(1)
+// list work; Insert a lookup and an assignment (only the assignment right
+// after Admit found the key absent). Evict deletes its victim, or the
+// ghost entries it displaces, from the map and is O(1) amortized: each key
+// moves from small to main at most once per insertion, and each main
+// reinsertion spends one of at most 3 counted hits. Nodes (tracked and ghost) live in a slab indexed
 // by int32 with a free list, so once the working set stops growing nothing
 // allocates. Per key: one map entry plus a 32-byte node for uint64 keys;
 // ghost keys cost the same.
