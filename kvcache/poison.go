@@ -5,13 +5,15 @@ import (
 	"fmt"
 )
 
-// A policy whose Insert fails where the cache must place a unit leaves the
-// cache with a slot it cannot account for. Panicking would hand the bug of a
-// user's policy to the whole server; carrying on would let the accounting
-// drift. So the cache records the refusal (poison), keeps every slot
-// accounted for as well as it can (a victim that cannot be put back is
-// dropped, a unit that cannot be adopted frees its slot) and refuses every
-// later mutating call with the recorded error (ErrPolicy).
+// A policy whose Insert fails where the cache must place a unit, or whose
+// Evict returns a key that is no evictable unit of its arena, leaves the
+// cache with a slot it cannot account for or hand out. Panicking would hand
+// the bug of a user's policy to the whole server; carrying on would let the
+// accounting drift. So the cache records the breach (poison), keeps every
+// slot accounted for as well as it can (a victim that cannot be put back is
+// dropped, a unit that cannot be adopted frees its slot, a bad victim is
+// ignored) and refuses every later mutating call with the recorded error
+// (ErrPolicy).
 
 // poison records that the policy of arena a broke its contract, as
 // described by format and args (which may wrap the policy's error with %w),
