@@ -41,10 +41,11 @@ var (
 	// see PolicyFactory), or its Evict returned a key that is not an
 	// evictable unit of its arena, or none while the GPU arena had
 	// evictable units. Without the policy the cache cannot keep its
-	// accounting exact, so it is poisoned: the call that met the refusal
+	// accounting exact, so it is poisoned: the call that met the breach
 	// and every later Acquire, Admit, Append, Fork, Truncate, SparseAccess,
-	// Release and Clear return an error wrapping ErrPolicy and the
-	// policy's error. The call that met it may be half-done: a victim the
+	// Release and Clear return the same error, which wraps ErrPolicy (and
+	// the error Insert returned) and names the policy's tier, pool and
+	// unit. The call that met it may be half-done: a victim the
 	// policy refused to take back is dropped, a block a sequence adopted
 	// may lack a unit. Slots stay accounted for (Stats adds up) and the
 	// read-only methods still answer; build a new Cache to go on.
