@@ -8,8 +8,10 @@ import (
 // Sample is one measurement of a recompute: the context it attended to and
 // the seconds it took.
 type Sample struct {
+	// ContextTokens is the number of tokens the recomputed chunk attended to.
 	ContextTokens int64
-	Seconds       float64
+	// Seconds is the measured recompute time.
+	Seconds float64
 }
 
 // Fit returns the Recompute whose Alpha and Beta minimise the squared error

@@ -76,8 +76,10 @@ func Choose(transferSeconds, recomputeSeconds float64) Action {
 // Model joins a recompute cost and the link units travel over when they are
 // offloaded and onboarded. It is a plain value, safe for concurrent use.
 type Model struct {
+	// Recompute is the cost of rebuilding a unit by prefill.
 	Recompute Recompute
-	Link      Link
+	// Link is the path a unit is offloaded and onboarded over.
+	Link Link
 }
 
 // Validate reports whether both parts of m are valid.

@@ -12,16 +12,19 @@ type BlockStored struct {
 	// BlockHashes are the chain hashes of the blocks, first block first.
 	BlockHashes []uint64
 	// ParentHash is the hash of the block before BlockHashes[0]; valid only
-	// when HasParent (false when the run starts a sequence).
+	// when HasParent.
 	ParentHash uint64
-	HasParent  bool
+	// HasParent is false when the run starts a sequence (its first block
+	// has no parent).
+	HasParent bool
 	// TokenIDs are the tokens of all blocks, concatenated.
 	TokenIDs []uint32
 	// BlockSize is the number of tokens per block.
 	BlockSize int
-	// Namespace and LoRA are the keys of the blocks' path.
+	// Namespace is the cache salt of the blocks' path.
 	Namespace string
-	LoRA      string
+	// LoRA is the adapter id of the blocks' path.
+	LoRA string
 }
 
 // Reset empties e, keeping the capacity of its slices.
