@@ -18,7 +18,12 @@ import (
 // vLLM: a forward pass writes a layer's KV before attention reads it). The
 // Plan's Compute lists the tokens to compute: uncached ones, and cached
 // blocks a unit of which was dropped (their tokens are recomputed, while
-// later blocks may still hit, as in Pensieve).
+// later blocks may still hit, as in Pensieve). A recomputed block's units
+// on the CPU are not copied back, since the recompute would overwrite them:
+// they get fresh slots and their CPU copies are released (Plan.FreshUnits;
+// events UnitDropped then UnitRestored). Its units already on the GPU stay
+// pinned where they are (Plan.HitUnits): the recompute writes the same
+// bytes into them.
 //
 // A sparse request (req.Sparse) takes only the cached prefix of full blocks
 // whose units all hold bytes (on the GPU or the CPU), without pinning any:
@@ -202,7 +207,9 @@ func (c *Cache) countAccess() {
 		case actOnboard:
 			c.gpu[p].misses++
 			c.cpu[p].hits++
-		case actFresh:
+		case actFresh, actRecompute:
+			// A CPU copy given up because its block is recomputed
+			// served nothing: a CPU miss (see TierStats).
 			c.gpu[p].misses++
 			c.cpu[p].misses++
 		}

@@ -435,3 +435,66 @@ func TestMemoryStoreRejectsBadCopies(t *testing.T) {
 	require.NoError(t, m.Copy([]Copy{{From: GPU, FromSlot: 0, To: CPU, ToSlot: 1}}))
 	require.Equal(t, byte('a'), m.Bytes(CPU, 0, 1)[0])
 }
+
+// TestRecomputedBlockIsNotOnboarded: a block one of whose units was dropped
+// is recomputed whole, so its units on the CPU are not copied back (the
+// recompute would overwrite them): they get fresh slots and their CPU
+// copies are released.
+func TestRecomputedBlockIsNotOnboarded(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil) // 2 units (layers) per block, 32 bytes each
+	// Flat positions and the seed layer weight: layer 0's units cost 48 ns
+	// to recompute and are offloaded (32 ns to copy back), layer 1's cost
+	// 24 ns and are dropped.
+	cm := &costmodel.Model{Recompute: costmodel.Recompute{Beta: 48e-9, PositionWeight: costmodel.Flat},
+		Link: costmodel.Link{BytesPerSecond: 1e9}}
+	gpu, cpu := Capacity{Units: 4}, Capacity{Units: 8}
+	store, err := NewMemoryStore(l, gpu, cpu)
+	require.NoError(t, err)
+	var events []Event
+	c, err := New(Config{Layout: l, GPU: gpu, CPU: cpu, CostModel: cm, Mover: store,
+		Events: func(e Event) { events = append(events, e) }})
+	require.NoError(t, err)
+	prompt := seqTokens(8, 0) // 2 blocks, 4 units: the whole GPU
+	p, err := c.Acquire(Request{Tokens: prompt})
+	require.NoError(t, err)
+	require.NoError(t, c.Release(p.Seq))
+	q, err := c.Acquire(Request{Tokens: seqTokens(8, 100)})
+	require.NoError(t, err)
+	require.Equal(t, 2, q.OffloadedUnits)
+	require.Equal(t, 2, q.DroppedUnits)
+	require.NoError(t, c.Release(q.Seq))
+	before := c.Stats()
+
+	adm, err := c.Admit(Request{Tokens: prompt})
+	require.NoError(t, err)
+	events = events[:0]
+	r, err := c.Acquire(Request{Tokens: prompt})
+	require.NoError(t, err)
+	require.Equal(t, []TokenRange{{0, 8}}, r.Compute)
+	require.Equal(t, 8, r.RecomputeTokens)
+	require.Zero(t, r.OnboardedUnits)
+	require.Equal(t, 4, r.FreshUnits)
+	require.Equal(t, adm.NeedSlots, r.FreshUnits)
+	for _, cp := range r.Copies {
+		require.NotEqual(t, CPU, cp.From, "copy %+v brings back a unit that is recomputed", cp)
+	}
+	st := c.Stats()
+	require.Equal(t, before.Onboards, st.Onboards)
+	require.Equal(t, before.CPU.Hits, st.CPU.Hits)
+	require.Equal(t, before.CPU.Misses+4, st.CPU.Misses)
+	// The released CPU copies are reported dropped, then restored on the
+	// GPU, so that a router knows where each unit is.
+	var kinds []EventKind
+	for _, e := range events {
+		if e.Slice == 0 && e.Kind != UnitOffloaded {
+			kinds = append(kinds, e.Kind)
+		}
+	}
+	require.Equal(t, []EventKind{UnitDropped, UnitRestored, UnitDropped, UnitRestored}, kinds)
+	for b := range 2 {
+		loc, err := c.Locate(r.Seq, b, 0)
+		require.NoError(t, err)
+		require.Equal(t, GPU, loc.Tier)
+	}
+	require.NoError(t, c.checkInvariants())
+}

@@ -26,7 +26,8 @@
 // Acquire matches the longest cached prefix (same namespace, LoRA and extra
 // keys: different namespaces never share anything), pins every unit the
 // request uses on the GPU, copies CPU units back, gives dropped or missing
-// units fresh slots and returns the token ranges to compute. Append commits
+// units fresh slots and returns the token ranges to compute (a block with a
+// dropped unit is recomputed whole, so its CPU units are not copied back). Append commits
 // each block as it fills (early reuse). Truncate rolls back speculative
 // tokens; Fork shares full blocks and copies the partial one. Admit answers
 // how many GPU slots a prompt would still need. Sparse (BSA, MoBA) requests

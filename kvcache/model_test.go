@@ -266,6 +266,82 @@ func (h *harness) checkLedger() {
 	}
 }
 
+// expectedAcquire is what a dense Acquire must report in its Plan.
+type expectedAcquire struct {
+	hits, onboards, fresh, recompute int
+}
+
+// predictAcquire predicts the plan of a dense Acquire of req from the state
+// before the call, by the rule of Acquire: every unit of every prompt block
+// is pinned; a matched block one of whose units has no bytes is recomputed
+// whole, so its units on the GPU are hits and all its others are fresh (a
+// CPU copy is not brought back to be overwritten); the units of other
+// matched blocks are hits or onboards; unmatched blocks are fresh. It also
+// returns how many units of recomputed blocks were on the CPU.
+func (h *harness) predictAcquire(req Request) (expectedAcquire, int) {
+	c := h.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	nodes, err := c.tree.Match(nil, radix.Keys{Namespace: req.Namespace, LoRA: req.LoRA}, req.Tokens, req.Extra)
+	require.NoError(h.t, err)
+	B := c.blockTokens
+	var e expectedAcquire
+	released := 0
+	for i, n := range nodes {
+		dropped := false
+		for sl := range c.numSlices {
+			dropped = dropped || c.uTier[c.unit(n.Value, sl)] == Dropped
+		}
+		if dropped {
+			e.recompute += min((i+1)*B, len(req.Tokens)) - i*B
+		}
+		for sl := range c.numSlices {
+			switch t := c.uTier[c.unit(n.Value, sl)]; {
+			case t == GPU:
+				e.hits++
+			case t == CPU && !dropped:
+				e.onboards++
+			case t == CPU:
+				released++
+				e.fresh++
+			default:
+				e.fresh++
+			}
+		}
+	}
+	e.fresh += (c.numBlocks(len(req.Tokens)) - len(nodes)) * c.numSlices
+	return e, released
+}
+
+// checkCopiesUseful verifies that no copy of plan p (an onboard or a
+// copy-on-write copy) filled a unit of sequence id whose block the server
+// recomputes anyway: its bytes would be overwritten.
+func (h *harness) checkCopiesUseful(id SeqID, p Plan) {
+	B := h.c.BlockTokens()
+	n := len(h.ref[id].tokens)
+	for _, cp := range p.Copies {
+		if cp.To != GPU {
+			continue
+		}
+		found := false
+		for i := 0; i*B < n && !found; i++ {
+			for sl := range h.lay.UnitsPerBlock() {
+				loc, err := h.c.Locate(id, i, sl)
+				require.NoError(h.t, err)
+				if loc.Tier != GPU || loc.Pool != cp.Pool || loc.Slot != cp.ToSlot {
+					continue
+				}
+				found = true
+				for _, r := range p.Compute {
+					require.False(h.t, r.Start < min((i+1)*B, n) && r.End > i*B,
+						"step %d: copy %+v fills block %d slice %d, which is recomputed (%v)", h.steps, cp, i, sl, p.Compute)
+				}
+			}
+		}
+		require.True(h.t, found, "step %d: copy %+v fills no unit of sequence %d", h.steps, cp, id)
+	}
+}
+
 // snapshot is the observable state a failed operation must not change.
 type snapshot struct {
 	units  map[string]string
@@ -581,6 +657,7 @@ func (h *harness) step() {
 		}
 		adm, err := c.Admit(req)
 		require.NoError(h.t, err)
+		want, released := h.predictAcquire(req)
 		p, err := c.Acquire(req)
 		if !failing && !sparse {
 			// Admission control predicts a dense Acquire exactly.
@@ -605,6 +682,8 @@ func (h *harness) step() {
 			q.tokens = prompt
 			require.Equal(h.t, len(prompt), p.Tokens)
 			require.GreaterOrEqual(h.t, p.ReusedTokens, mustReuse, "step %d: early reuse", h.steps)
+			require.Equal(h.t, want, expectedAcquire{hits: p.HitUnits, onboards: p.OnboardedUnits, fresh: p.FreshUnits, recompute: p.RecomputeTokens},
+				"step %d: plan of a dense Acquire", h.steps)
 			h.record(p, true)
 			h.counts["acquire"]++
 			if p.OnboardedUnits > 0 {
@@ -613,9 +692,13 @@ func (h *harness) step() {
 			if p.RecomputeTokens > 0 {
 				h.counts["recompute"]++
 			}
+			if released > 0 {
+				h.counts["recompute, CPU copy released"]++
+			}
 		}
 		h.ref[p.Seq] = q
 		h.order = append(h.order, p.Seq)
+		h.checkCopiesUseful(p.Seq, p)
 		h.fillPlan(p.Seq, p)
 	case op < 55:
 		id, q, _ := h.pickSeq()
@@ -689,6 +772,7 @@ func (h *harness) step() {
 			q.pending = nil
 		}
 		require.Equal(h.t, len(q.tokens), p.Tokens)
+		h.checkCopiesUseful(id, p)
 		h.fillPlan(id, p)
 		h.record(p, false)
 		h.counts["truncate"]++
@@ -706,6 +790,7 @@ func (h *harness) step() {
 		}
 		h.ref[p.Seq] = &refSeq{keys: q.keys, tokens: slices.Clone(q.tokens), sparse: q.sparse}
 		h.order = append(h.order, p.Seq)
+		h.checkCopiesUseful(p.Seq, p)
 		h.fillPlan(p.Seq, p)
 		h.record(p, false)
 		h.counts["fork"]++

@@ -23,7 +23,12 @@ type Plan struct {
 	ReusedTokens int
 	// HitUnits were already on the GPU; OnboardedUnits were copied from the
 	// CPU; CopiedUnits were filled by a copy-on-write copy; FreshUnits got
-	// a slot the server must fill by computing.
+	// a slot the server must fill by computing. A block that is recomputed
+	// (a needed unit of it had no bytes, see Compute) is never copied
+	// into: its units on the CPU, or whose copy-on-write source they are,
+	// count as FreshUnits (the CPU copies are released), while its units
+	// already on the GPU count as HitUnits (kept pinned: the recompute
+	// writes the same bytes into them).
 	HitUnits, OnboardedUnits, CopiedUnits, FreshUnits int
 	// OffloadedUnits and DroppedUnits count the victims evicted to make
 	// room (GPU victims offloaded to the CPU; GPU or CPU victims dropped).
@@ -55,7 +60,8 @@ type scratch struct {
 // recency policies (whose Unpin counts as the latest use) evict a chain's
 // tail first. A new block equal to cowDst is filled by copying cowSrc. The
 // indices of blocks that get fresh (to compute) units are left in
-// c.scratch.fresh, ascending.
+// c.scratch.fresh, ascending; the other units those blocks newly pin are
+// not copied (see recomputeBlock).
 func (c *Cache) queuePinDiff(oldBlocks, oldLo []int32, oldHi int, newBlocks, newLo []int32, newHi int, cowDst, cowSrc int32) {
 	t := &c.tx
 	in := func(blocks, lo []int32, hi, p, i int) bool {
@@ -78,6 +84,7 @@ func (c *Cache) queuePinDiff(oldBlocks, oldLo []int32, oldHi int, newBlocks, new
 	c.scratch.fresh = c.scratch.fresh[:0]
 	for i := range newBlocks {
 		fresh := false
+		first := len(t.needs)
 		for p := range c.pools {
 			if !in(newBlocks, newLo, newHi, p, i) {
 				continue
@@ -98,6 +105,26 @@ func (c *Cache) queuePinDiff(oldBlocks, oldLo []int32, oldHi int, newBlocks, new
 		}
 		if fresh {
 			c.scratch.fresh = append(c.scratch.fresh, i)
+			c.recomputeBlock(t.needs[first:])
+		}
+	}
+}
+
+// recomputeBlock adjusts the needs of one block that will be recomputed
+// (one of its needed units has no bytes). The server then recomputes the
+// block's tokens through every layer and writes all of its units, so bytes
+// copied into them would be overwritten: units on the CPU are not onboarded
+// but get fresh slots (their CPU copies are released), and copy-on-write
+// copies are not made. Units already on the GPU stay pinned where they are
+// (hits): the recompute rewrites the same bytes into them, which costs no
+// slot and no copy, and other sequences may be reading them meanwhile.
+func (c *Cache) recomputeBlock(needs []need) {
+	for i := range needs {
+		switch needs[i].act {
+		case actOnboard:
+			needs[i].act = actRecompute
+		case actCopy:
+			needs[i].act = actFresh
 		}
 	}
 }
@@ -113,7 +140,7 @@ func (c *Cache) fillPlan(p *Plan) {
 			p.OnboardedUnits++
 		case actCopy:
 			p.CopiedUnits++
-		case actFresh:
+		case actFresh, actRecompute:
 			p.FreshUnits++
 		}
 	}

@@ -19,8 +19,11 @@ type TierStats struct {
 	// bytes.
 	CapacityBytes, FreeBytes, PinnedBytes, CachedBytes int64
 	// Hits and Misses count unit lookups. GPU: a unit a sequence needed was
-	// on the GPU, or not. CPU: a unit missing from the GPU was on the CPU,
-	// or not (dropped or never cached).
+	// on the GPU, or not. CPU: a unit missing from the GPU was onboarded
+	// from the CPU, or not (dropped, never cached, or on the CPU in a
+	// block that is recomputed anyway, whose CPU copy is released rather
+	// than copied back), so CPU Hits + Misses = GPU Misses. Lookups are
+	// those of Acquire (dense) and SparseAccess.
 	Hits, Misses uint64
 	// Evictions counts the victims the tier's policies chose; Drops those
 	// of them that were dropped (a GPU victim can instead be offloaded).

@@ -12,8 +12,10 @@ import (
 // is the block's only user and the block is a leaf of the tree, the block
 // is detached from the tree (a BlockRemoved event) and kept; otherwise it is
 // copied on write into fresh GPU slots (the copies are in the plan's batch).
-// Units that cannot be copied (dropped) are planned for recompute. The pins
-// of the sequence's SparseAccess calls are released.
+// When a unit to copy or to pin again has no bytes (dropped), its block is
+// planned for recompute and none of the block's units is copied: as in
+// Acquire, they get fresh slots (units on the GPU stay pinned). The pins of
+// the sequence's SparseAccess calls are released.
 //
 // It returns an error wrapping ErrUnknownSequence, ErrOutOfRange (n
 // negative or more than the sequence holds), ErrNoSpace or ErrCopyFailed;

@@ -35,6 +35,11 @@ const (
 	actOnboard               // the unit is on the CPU: move it to the GPU
 	actFresh                 // the unit gets a GPU slot the server fills
 	actCopy                  // the unit gets a GPU slot filled from src (copy-on-write)
+	// actRecompute: the unit is on the CPU but its block is recomputed
+	// (another needed unit of the block has no bytes), so copying it back
+	// would be overwritten: it gets a fresh GPU slot and its CPU copy is
+	// released at commit.
+	actRecompute
 )
 
 // need is one unit an operation wants pinned on the GPU.
@@ -167,7 +172,9 @@ func (c *Cache) runTxn() error {
 			c.pinUnit(n.u)
 			t.log(undoPin, GPU, p, 0, n.u)
 			continue
-		case actOnboard:
+		case actOnboard, actRecompute:
+			// Pinned so that no CPU eviction of this operation picks it;
+			// an actRecompute unit's CPU copy must survive a rollback.
 			c.cpu[p].pin(n.u)
 			t.log(undoCPUPin, CPU, p, 0, n.u)
 		case actCopy:
@@ -426,6 +433,15 @@ func (c *Cache) commit() {
 			c.st.onboards++
 			c.st.bytesMoved += c.pools[p].unitBytes
 			c.emitTier(n.u, CPU, GPU)
+		case actRecompute:
+			// Its CPU bytes are given up (no copy, no onboard) and the
+			// server recomputes it into the new GPU slot: for a router,
+			// the unit was dropped and then restored.
+			cs := c.uSlot[n.u]
+			c.cpu[p].remove(n.u, true)
+			c.cpu[p].push(cs)
+			c.emitTier(n.u, CPU, Dropped)
+			c.emitTier(n.u, Dropped, GPU)
 		case actCopy:
 			c.blocks[c.blockOf(n.u)].held++
 			c.st.copies++
