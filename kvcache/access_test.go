@@ -97,3 +97,74 @@ func TestS3FIFOKeepsAHitBlockThroughAScan(t *testing.T) {
 	require.Equal(t, 2, p.HitUnits, "the hot block survived the scan")
 	require.Zero(t, p.FreshUnits)
 }
+
+// entryRecorder is an LRU that remembers the last Entry inserted per key.
+type entryRecorder struct {
+	eviction.Policy[UnitID]
+	entries map[UnitID]eviction.Entry
+}
+
+func (p *entryRecorder) Insert(k UnitID, e eviction.Entry) error {
+	p.entries[k] = e
+	return p.Policy.Insert(k, e)
+}
+
+// TestPositionWeightCountsThePrompt: a unit's Chunks is the larger of its
+// sequence's prompt blocks and its blocks after the call that made it, so
+// the blocks of a sparse prompt fed block by block are weighted against the
+// whole prompt (not each as the last chunk), a dense prompt's against the
+// prompt, and decoded blocks as the latest chunk.
+func TestPositionWeightCountsThePrompt(t *testing.T) {
+	l := tinyLayout(t, layout.AllLayers, nil) // one unit per block
+	var gp *entryRecorder
+	factory := func(info PoolInfo) (eviction.Policy[UnitID], error) {
+		p := &entryRecorder{Policy: eviction.NewLRU[UnitID](), entries: map[UnitID]eviction.Entry{}}
+		if info.Tier == GPU {
+			gp = p
+		}
+		return p, nil
+	}
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: 32}, GPUPolicy: factory})
+	require.NoError(t, err)
+	chunks := func(seq SeqID, n int) []int {
+		var out []int
+		for b := range n {
+			c.mu.Lock()
+			e := gp.entries[c.unit(c.seqs[seq].blocks[b], 0)]
+			c.mu.Unlock()
+			require.Equal(t, b, e.Chunk)
+			require.Equal(t, int64(4*b), e.ContextTokens)
+			out = append(out, e.Chunks)
+		}
+		return out
+	}
+
+	prompt := seqTokens(20, 0) // 5 blocks of 4 tokens
+	sp, err := c.Acquire(Request{Tokens: prompt, Sparse: true})
+	require.NoError(t, err)
+	require.Equal(t, 20, sp.Pending)
+	for i := 0; i < 20; i += 4 {
+		_, err := c.Append(sp.Seq, prompt[i:i+4]...)
+		require.NoError(t, err)
+	}
+	for i := range 5 { // decode 5 tokens: blocks 5 and 6
+		_, err := c.Append(sp.Seq, uint32(100+i))
+		require.NoError(t, err)
+	}
+	require.Equal(t, []int{5, 5, 5, 5, 5, 6, 7}, chunks(sp.Seq, 7))
+
+	d, err := c.Acquire(Request{Tokens: seqTokens(10, 50)}) // 3 blocks
+	require.NoError(t, err)
+	for i := range 4 { // decode into blocks 2 (partial) and 3
+		_, err := c.Append(d.Seq, uint32(200+i))
+		require.NoError(t, err)
+	}
+	require.Equal(t, []int{3, 3, 3, 4}, chunks(d.Seq, 4))
+
+	// A sequence that starts empty and appends its prompt in one call.
+	e, err := c.Acquire(Request{})
+	require.NoError(t, err)
+	_, err = c.Append(e.Seq, seqTokens(12, 300)...)
+	require.NoError(t, err)
+	require.Equal(t, []int{3, 3, 3}, chunks(e.Seq, 3))
+}

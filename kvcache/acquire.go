@@ -60,6 +60,7 @@ func (c *Cache) Acquire(req Request) (Plan, error) {
 		p.Ranges = slices.Clone(p.Ranges)
 		s.prio = &p
 	}
+	s.promptBlocks = c.numBlocks(len(req.Tokens))
 	if req.Sparse {
 		return c.acquireSparse(s, req.Tokens, nodes), nil
 	}
@@ -100,7 +101,7 @@ func (c *Cache) acquireDense(s *sequence, tokens []uint32, nodes []*radix.Node[i
 	}
 	for i := matched; i < nb; i++ {
 		prio, dur := c.priority(s, i)
-		b := c.allocBlock(i, nb, prio, dur)
+		b := c.allocBlock(i, s.chunks(nb), prio, dur)
 		c.blocks[b].refs = 1
 		blocks = append(blocks, b)
 	}

@@ -42,7 +42,7 @@ func (c *Cache) Append(id SeqID, tokens ...uint32) (Plan, error) {
 	newBlocks := append(c.scratch.blocks[:0], s.blocks...)
 	for i := nb; i < nb2; i++ {
 		prio, dur := c.priority(s, i)
-		b := c.allocBlock(i, nb2, prio, dur)
+		b := c.allocBlock(i, s.chunks(nb2), prio, dur)
 		c.blocks[b].refs = 1
 		newBlocks = append(newBlocks, b)
 	}

@@ -22,8 +22,8 @@ type blockRec struct {
 	held int32
 	// index is the block's position in its sequence (its chunk).
 	index int32
-	// chunks is the sequence length in blocks when the block was made,
-	// for the cost model's position weight.
+	// chunks is the length in blocks of the sequence that made the block
+	// (sequence.chunks), for the cost model's position weight.
 	chunks int32
 	// prio and prioDur are the priority the next insert of a unit uses.
 	prio    int8

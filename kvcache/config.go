@@ -67,7 +67,23 @@ type PoolInfo struct {
 // block swaps one key for another). Every policy in package eviction accepts
 // these inserts. A policy whose Insert fails there poisons the cache: see
 // ErrPolicy. The cache inserts keys with eviction.Entry.Size 1: capacity is
-// counted in slots, every slot of an arena has the same size. A key is pinned
+// counted in slots, every slot of an arena has the same size.
+//
+// The Entry's Unit places the unit for cost-aware policies (and for
+// Config.CostModel): Layer and Layers are the unit's KV layer and the
+// model's KV layers (Layers 0 when the unit spans every layer); Chunk is the
+// index of the unit's token block in the sequence that made it and
+// ContextTokens the tokens before that block (Chunk × BlockTokens); Chunks
+// is that sequence's length in blocks, taken as the larger of its prompt's
+// blocks (the whole Request.Tokens, Plan.Pending included) and its blocks
+// after the call that made the block. So a prompt's blocks, dense or sparse
+// (a sparse prompt is fed through Append block by block), are weighted
+// against the whole prompt by the position weight (Chunk+1)/Chunks, and a
+// decoded block is the latest chunk when made (Chunks = Chunk+1 one token
+// at a time). A block reused from the prefix tree keeps the Entry of the
+// sequence that made it.
+//
+// A key is pinned
 // while a sequence uses its unit (Pin and Unpin on the first and last user),
 // and a unit that Acquire or SparseAccess finds on the GPU is reported as a
 // hit with Access, once pinned (except to the policies of package eviction
@@ -103,7 +119,9 @@ type Config struct {
 	GPUPolicy, CPUPolicy PolicyFactory
 	// CostModel decides, for each GPU victim, whether it is offloaded to
 	// CPU (transfer cheaper than recompute) or dropped. Nil means always
-	// offload when the CPU tier has or can make room.
+	// offload when the CPU tier has or can make room. The victim is priced
+	// by the Unit of its policy Entry (layer, position among its
+	// sequence's blocks, context: see PolicyFactory).
 	CostModel *costmodel.Model
 	// Clock is handed to policy factories. Nil means a new
 	// eviction.SystemClock.
@@ -209,6 +227,10 @@ func S3FIFOFactory(cfg eviction.S3FIFOConfig) PolicyFactory {
 
 // RetentionFactory returns a factory of eviction.Retention policies (cost
 // aware, Pensieve) pricing units with cost and reading the cache's clock.
+// Each unit is priced by the Entry the cache inserts (see PolicyFactory):
+// its KV layer for the layer weight, its block's index among the larger of
+// the prompt's blocks and the sequence's blocks so far for the position
+// weight, and the tokens before its block as context.
 func RetentionFactory(cost costmodel.Recompute) PolicyFactory {
 	return func(info PoolInfo) (eviction.Policy[UnitID], error) {
 		return eviction.NewRetention[UnitID](info.Clock, cost)

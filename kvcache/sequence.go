@@ -100,6 +100,10 @@ type sequence struct {
 	writeFrom int
 	// stepPins holds the units the last SparseAccess pinned.
 	stepPins []UnitID
+	// promptBlocks is the block count of the prompt given to Acquire (all
+	// of it, Plan.Pending included): the sequence's length as far as the
+	// position weight of its blocks is concerned (see chunks).
+	promptBlocks int
 }
 
 // priority returns the priority and duration of block i of s.
@@ -117,6 +121,18 @@ func (c *Cache) priority(s *sequence, i int) (int, time.Duration) {
 	}
 	return prio, dur
 }
+
+// chunks returns the Chunks of a block s creates in a call after which s
+// holds blocks blocks: the sequence's length in blocks as the cost model's
+// position weight (chunk+1)/chunks sees it. It is at least the prompt's
+// block count, known at Acquire, so that a sparse prefill fed block by block
+// through Append weights its early blocks below its late ones (with the
+// count of blocks so far every block would be the last, weight 1), and a
+// dense prompt's blocks are weighted against the whole prompt. A block past
+// the prompt (decode) counts the blocks up to the end of the call that made
+// it: one token at a time, that is index+1, the weight of the latest chunk.
+// allocBlock keeps chunks above the block's index.
+func (s *sequence) chunks(blocks int) int { return max(s.promptBlocks, blocks) }
 
 // numBlocks returns the blocks that n tokens occupy.
 func (c *Cache) numBlocks(n int) int { return (n + c.blockTokens - 1) / c.blockTokens }

@@ -52,7 +52,7 @@ func (c *Cache) Truncate(id SeqID, n int) (Plan, error) {
 				detach = true
 			} else {
 				prio, dur := c.priority(s, last)
-				cowDst = c.allocBlock(last, nb, prio, dur)
+				cowDst = c.allocBlock(last, s.chunks(nb), prio, dur)
 				c.blocks[cowDst].refs = 1
 				cowSrc = b
 				newBlocks[last] = cowDst
@@ -125,13 +125,14 @@ func (c *Cache) Fork(id SeqID) (Plan, error) {
 	}
 	B := c.blockTokens
 	child := &sequence{
-		keys:      s.keys,
-		extra:     slices.Clone(s.extra),
-		tokens:    slices.Clone(s.tokens),
-		blocks:    slices.Clone(s.blocks),
-		sparse:    s.sparse,
-		prio:      s.prio,
-		writeFrom: s.writeFrom,
+		keys:         s.keys,
+		extra:        slices.Clone(s.extra),
+		tokens:       slices.Clone(s.tokens),
+		blocks:       slices.Clone(s.blocks),
+		sparse:       s.sparse,
+		prio:         s.prio,
+		writeFrom:    s.writeFrom,
+		promptBlocks: s.promptBlocks,
 	}
 	nb := len(child.blocks)
 	cowDst, cowSrc := int32(-1), int32(-1)
@@ -142,7 +143,7 @@ func (c *Cache) Fork(id SeqID) (Plan, error) {
 	if full < nb {
 		prio, dur := c.priority(s, full)
 		cowSrc = child.blocks[full]
-		cowDst = c.allocBlock(full, nb, prio, dur)
+		cowDst = c.allocBlock(full, s.chunks(nb), prio, dur)
 		c.blocks[cowDst].refs = 1
 		child.blocks[full] = cowDst
 	}
