@@ -498,3 +498,65 @@ func TestRecomputedBlockIsNotOnboarded(t *testing.T) {
 	}
 	require.NoError(t, c.checkInvariants())
 }
+
+// TestBlockTableShowsOnlyPinnedUnits: a block table gives a slot only for
+// the units the sequence pins now; a unit still cached on the GPU but not
+// pinned (a sparse sequence's unselected blocks, blocks out of a window)
+// gives -1, since any later call may evict it and reuse its slot.
+func TestBlockTableShowsOnlyPinnedUnits(t *testing.T) {
+	l := tinyLayout(t, layout.BSA, nil) // 4 units per block: (layer, KV head)
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: 64}})
+	require.NoError(t, err)
+	prompt := seqTokens(16, 0) // 4 blocks
+	p, err := c.Acquire(Request{Tokens: prompt, Sparse: true})
+	require.NoError(t, err)
+	for i := 0; i < 16; i += 4 {
+		_, err := c.Append(p.Seq, prompt[i:i+4]...)
+		require.NoError(t, err)
+	}
+	_, err = c.Append(p.Seq, 99) // block 4, pinned by this Append
+	require.NoError(t, err)
+	slot := func(block, sl int) int32 {
+		loc, err := c.Locate(p.Seq, block, sl)
+		require.NoError(t, err)
+		require.Equal(t, GPU, loc.Tier) // everything fits on the GPU
+		return loc.Slot
+	}
+	for sl := range 4 {
+		table, err := c.BlockTable(nil, p.Seq, sl)
+		require.NoError(t, err)
+		require.Equal(t, []int32{-1, -1, -1, -1, slot(4, sl)}, table, "slice %d", sl)
+	}
+	var res SparseResult
+	// Layer 1: query heads 0 and 1 read KV head 0, heads 2 and 3 KV head 1.
+	require.NoError(t, c.SparseAccess(p.Seq, 1, [][]int64{{0}, {3}, {2}, {2}}, &res))
+	require.Equal(t, 3, res.Hits)
+	h0, h1 := res.Units[0].Slice, res.Units[2].Slice
+	require.Equal(t, []int{0, 3}, []int{res.Units[0].Block, res.Units[1].Block})
+	table, err := c.BlockTable(nil, p.Seq, h0)
+	require.NoError(t, err)
+	require.Equal(t, []int32{slot(0, h0), -1, -1, slot(3, h0), slot(4, h0)}, table)
+	table, err = c.BlockTable(nil, p.Seq, h1)
+	require.NoError(t, err)
+	require.Equal(t, []int32{-1, -1, slot(2, h1), -1, slot(4, h1)}, table)
+
+	// A dense sequence's block out of a sliding window: cached, not pinned.
+	lw := tinyLayout(t, layout.PagedLayer, []int{4, 0}) // layer 0: window of 4 tokens
+	cw, err := New(Config{Layout: lw, GPU: Capacity{Units: 16}})
+	require.NoError(t, err)
+	d, err := cw.Acquire(Request{Tokens: seqTokens(8, 0)})
+	require.NoError(t, err)
+	_, err = cw.Append(d.Seq, 8)
+	require.NoError(t, err)
+	loc, err := cw.Locate(d.Seq, 0, 0)
+	require.NoError(t, err)
+	require.Equal(t, GPU, loc.Tier)
+	require.False(t, loc.Pinned)
+	table, err = cw.BlockTable(nil, d.Seq, 0)
+	require.NoError(t, err)
+	require.Equal(t, int32(-1), table[0])
+	require.NotEqual(t, int32(-1), table[1])
+	table, err = cw.BlockTable(nil, d.Seq, 1) // full attention keeps block 0
+	require.NoError(t, err)
+	require.NotContains(t, table, int32(-1))
+}

@@ -31,6 +31,10 @@ func (c *Cache) checkInvariants() error {
 			if r.node != nil && r.node.Depth() != i+1 {
 				return fmt.Errorf("seq %d block %d: node depth %d", id, i, r.node.Depth())
 			}
+			if int(r.index) != i {
+				// BlockTable places step pins by the record's index.
+				return fmt.Errorf("seq %d block %d: record %d has index %d", id, i, b, r.index)
+			}
 			for p := range c.pools {
 				if i < int(s.pinLo[p]) || i >= s.pinHi {
 					continue

@@ -561,8 +561,54 @@ func (h *harness) checkSharing() {
 	}
 }
 
+// checkTables verifies every block table: a slot exactly for the units the
+// sequence itself pins (its block range in the unit's pool, or its last
+// SparseAccess), which are on the GPU there; -1 for every other unit, even
+// one cached on the GPU or pinned by another sequence.
+func (h *harness) checkTables() {
+	c := h.c
+	var table []int32
+	for id := range h.ref {
+		c.mu.Lock()
+		s := c.seqs[id]
+		own := map[UnitID]bool{}
+		for i, b := range s.blocks {
+			for p := range c.pools {
+				if i >= int(s.pinLo[p]) && i < s.pinHi {
+					for _, sl := range c.pools[p].slices {
+						own[c.unit(b, sl)] = true
+					}
+				}
+			}
+		}
+		for _, u := range s.stepPins {
+			own[u] = true
+		}
+		blocks := slices.Clone(s.blocks)
+		c.mu.Unlock()
+		for sl := range h.lay.UnitsPerBlock() {
+			var err error
+			table, err = c.BlockTable(table[:0], id, sl)
+			require.NoError(h.t, err)
+			require.Len(h.t, table, len(blocks))
+			for i, slot := range table {
+				u := c.unit(blocks[i], sl)
+				if !own[u] {
+					require.Equal(h.t, int32(-1), slot, "step %d: seq %d slice %d block %d is not pinned by it", h.steps, id, sl, i)
+					continue
+				}
+				loc, err := c.Locate(id, i, sl)
+				require.NoError(h.t, err)
+				require.Equal(h.t, UnitLocation{Tier: GPU, Pool: loc.Pool, Slot: slot, Pinned: true, Shared: loc.Shared}, loc,
+					"step %d: seq %d slice %d block %d", h.steps, id, sl, i)
+			}
+		}
+	}
+}
+
 func (h *harness) checkAll() {
 	require.NoError(h.t, h.c.checkInvariants(), "step %d", h.steps)
+	h.checkTables()
 	h.checkBytes()
 	h.checkSharing()
 	st := h.c.Stats()
@@ -745,6 +791,9 @@ func (h *harness) step() {
 			require.Equal(h.t, GPU, loc.Tier)
 			require.True(h.t, loc.Pinned)
 			require.Equal(h.t, u.Slot, loc.Slot)
+			table, err := c.BlockTable(nil, id, u.Slice)
+			require.NoError(h.t, err)
+			require.Equal(h.t, u.Slot, table[u.Block], "step %d: block table of a selected unit", h.steps)
 			if u.From == Dropped {
 				h.fillUnit(id, u.Block, u.Slice)
 			}

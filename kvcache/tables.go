@@ -4,9 +4,15 @@ import "fmt"
 
 // BlockTable appends to dst the block table of sequence id for slice s: one
 // GPU slot id (in the slice's pool) per logical block of the sequence, or -1
-// for a block whose unit is not on the GPU (a sparse sequence's unselected
-// blocks, a windowed layer's blocks out of the window). It is the form an
-// attention kernel takes. With enough room in dst it allocates nothing.
+// for a block whose unit the sequence does not pin on the GPU now. A
+// sequence pins what its last call needs: a dense sequence every block
+// except those out of a windowed layer's window, a sparse one the blocks its
+// last Append wrote and those its last SparseAccess selected. An unpinned
+// unit gives -1 even if it is on the GPU (cached, or pinned by another
+// sequence): it may be evicted and its slot reused by any later call, so a
+// kernel must not read it. It is the form an attention kernel takes; fetch
+// it after the call whose pins the kernel relies on. With enough room in dst
+// it allocates nothing.
 //
 // It returns dst unchanged and an error wrapping ErrUnknownSequence or
 // ErrOutOfRange (bad slice).
@@ -20,12 +26,20 @@ func (c *Cache) BlockTable(dst []int32, id SeqID, s int) ([]int32, error) {
 	if s < 0 || s >= c.numSlices {
 		return dst, fmt.Errorf("%w: slice %d not in [0, %d)", ErrOutOfRange, s, c.numSlices)
 	}
-	for _, b := range q.blocks {
-		u := c.unit(b, s)
-		if c.uTier[u] == GPU {
-			dst = append(dst, c.uSlot[u])
+	start := len(dst)
+	p := c.slicePool[s]
+	for i, b := range q.blocks {
+		// The sequence's own pins: blocks[pinLo[p]:pinHi] in the slice's
+		// pool (pinned units are on the GPU).
+		if i >= int(q.pinLo[p]) && i < q.pinHi {
+			dst = append(dst, c.uSlot[c.unit(b, s)])
 		} else {
 			dst = append(dst, -1)
+		}
+	}
+	for _, u := range q.stepPins {
+		if c.sliceOf(u) == s {
+			dst[start+int(c.blocks[c.blockOf(u)].index)] = c.uSlot[u]
 		}
 	}
 	return dst, nil
