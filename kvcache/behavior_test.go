@@ -560,3 +560,36 @@ func TestBlockTableShowsOnlyPinnedUnits(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, table, int32(-1))
 }
+
+// TestSparseRecomputeCountsTokens: a SparseAccess that gives dropped units
+// fresh slots adds their blocks' tokens to Stats.RecomputedTokens, once per
+// block however many of its units (heads) the call recomputes.
+func TestSparseRecomputeCountsTokens(t *testing.T) {
+	l := tinyLayout(t, layout.BSA, nil)                        // 4 units per block: (layer, KV head)
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: 12}}) // no CPU: victims drop
+	require.NoError(t, err)
+	prompt := seqTokens(16, 0) // 4 blocks, 16 units
+	p, err := c.Acquire(Request{Tokens: prompt, Sparse: true})
+	require.NoError(t, err)
+	for i := 0; i < 16; i += 4 {
+		_, err := c.Append(p.Seq, prompt[i:i+4]...)
+		require.NoError(t, err)
+	}
+	_, err = c.Append(p.Seq, 99) // block 4: block 0 (the oldest) is dropped
+	require.NoError(t, err)
+	for sl := range 4 {
+		loc, err := c.Locate(p.Seq, 0, sl)
+		require.NoError(t, err)
+		require.Equal(t, Dropped, loc.Tier)
+	}
+	before := c.Stats().RecomputedTokens
+	var res SparseResult
+	// Every query head of layer 0 selects block 0: both KV heads' units.
+	require.NoError(t, c.SparseAccess(p.Seq, 0, [][]int64{{0}, {0}, {0}, {0}}, &res))
+	require.Equal(t, 2, res.Recompute)
+	require.Equal(t, int64(4), c.Stats().RecomputedTokens-before, "block 0's 4 tokens, once")
+	// The same selection again hits: nothing more to recompute.
+	require.NoError(t, c.SparseAccess(p.Seq, 0, [][]int64{{0}, {0}, {0}, {0}}, &res))
+	require.Zero(t, res.Recompute)
+	require.Equal(t, int64(4), c.Stats().RecomputedTokens-before)
+}

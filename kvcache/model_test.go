@@ -225,9 +225,18 @@ func (h *harness) record(p Plan, lookups bool) {
 	}
 }
 
-// recordSparse adds a SparseAccess result to the ledger.
-func (h *harness) recordSparse(r *SparseResult) {
+// recordSparse adds a SparseAccess result of a sequence of n tokens to
+// the ledger.
+func (h *harness) recordSparse(r *SparseResult, n int) {
 	l := &h.plans
+	B := h.c.BlockTokens()
+	recomputed := map[int]bool{}
+	for _, u := range r.Units {
+		if u.From == Dropped && !recomputed[u.Block] {
+			recomputed[u.Block] = true
+			l.recomputed += int64(min((u.Block+1)*B, n) - u.Block*B)
+		}
+	}
 	l.offloads += uint64(r.OffloadedUnits)
 	l.onboards += uint64(r.Onboarded)
 	l.drops += uint64(r.DroppedUnits)
@@ -799,10 +808,13 @@ func (h *harness) step() {
 			}
 		}
 		require.Equal(h.t, len(h.res.Units), h.res.Hits+h.res.Misses)
-		h.recordSparse(&h.res)
+		h.recordSparse(&h.res, len(q.tokens))
 		h.counts["sparse"]++
 		if h.res.Onboarded > 0 {
 			h.counts["sparse onboard"]++
+		}
+		if h.res.Recompute > 0 {
+			h.counts["sparse recompute"]++
 		}
 	case op < 80:
 		id, _, _ := h.pickSeq()

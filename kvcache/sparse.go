@@ -25,7 +25,8 @@ type SparseResult struct {
 	// Units lists the touched units, by slice then block.
 	Units []SparseUnit
 	// Hits counts units already on the GPU; Misses the others, of which
-	// Onboarded were copied from the CPU and Recompute got fresh slots.
+	// Onboarded were copied from the CPU and Recompute got fresh slots
+	// (Stats.RecomputedTokens counts their blocks' tokens).
 	Hits, Misses, Onboarded, Recompute int
 	// BytesRead is the bytes of every touched unit: what attention reads.
 	BytesRead int64
@@ -117,6 +118,7 @@ func (c *Cache) SparseAccess(id SeqID, layer int, heads [][]int64, res *SparseRe
 		return err
 	}
 	c.countAccess()
+	recomputed := c.scratch.fresh[:0]
 	pins := s.stepPins[:0]
 	for i, k := range keys {
 		n := &c.tx.needs[i]
@@ -136,12 +138,22 @@ func (c *Cache) SparseAccess(id SeqID, layer int, heads [][]int64, res *SparseRe
 			from = Dropped
 			res.Misses++
 			res.Recompute++
+			recomputed = append(recomputed, b)
 		}
 		res.BytesRead += ub
 		res.Units = append(res.Units, SparseUnit{Block: b, KVHead: c.sliceHead[sl], Slice: sl, Pool: p, Slot: n.slot, From: from})
 		pins = append(pins, n.u)
 	}
 	s.stepPins = pins
+	// A block's recompute counts its tokens once per call: the server
+	// rebuilds the layer's KV of a block from its tokens in one pass,
+	// whatever the number of its heads (units) that were dropped.
+	slices.Sort(recomputed)
+	recomputed = slices.Compact(recomputed)
+	for _, b := range recomputed {
+		c.st.recomputed += int64(min((b+1)*B, len(s.tokens)) - b*B)
+	}
+	c.scratch.fresh = recomputed
 	for _, v := range c.tx.gpuVictims {
 		if v.to >= 0 {
 			res.OffloadedUnits++

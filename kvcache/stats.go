@@ -47,7 +47,13 @@ type Stats struct {
 	// BytesMoved is the bytes of every offload, onboard and copy.
 	BytesMoved int64
 	// RecomputedTokens counts tokens of cached blocks that requests had to
-	// recompute because a unit was dropped.
+	// recompute because a unit was dropped. Acquire, Truncate and Fork
+	// count each recomputed block's tokens once (Plan.RecomputeTokens).
+	// SparseAccess counts, once per call, the tokens of each selected block
+	// with at least one dropped unit, however many of its units (heads)
+	// were dropped: the server rebuilds one layer's KV of a block from the
+	// block's tokens in one pass. A block recomputed for several layers
+	// counts once per layer's call.
 	RecomputedTokens int64
 	// Stored and Removed count blocks committed to and removed from the
 	// prefix tree; Blocks is how many it holds now.
