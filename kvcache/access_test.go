@@ -168,3 +168,73 @@ func TestPositionWeightCountsThePrompt(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int{3, 3, 3}, chunks(e.Seq, 3))
 }
+
+// unpinRecorder is an LRU that records the keys it is told to Unpin.
+type unpinRecorder struct {
+	eviction.Policy[UnitID]
+	unpins []UnitID
+}
+
+func (p *unpinRecorder) Unpin(k UnitID) {
+	p.unpins = append(p.unpins, k)
+	p.Policy.Unpin(k)
+}
+
+// TestStepPinsReleaseTailFirst: the units a SparseAccess pinned are
+// unpinned from the last block to the first, by the next call of the
+// sequence and by Release (merged there with its other blocks), so that a
+// recency policy evicts a step's selection from its tail.
+func TestStepPinsReleaseTailFirst(t *testing.T) {
+	l := tinyLayout(t, layout.BSA, nil) // 4 units per block: (layer, KV head)
+	var gp *unpinRecorder
+	factory := func(info PoolInfo) (eviction.Policy[UnitID], error) {
+		p := &unpinRecorder{Policy: eviction.NewLRU[UnitID]()}
+		if info.Tier == GPU {
+			gp = p
+		}
+		return p, nil
+	}
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: 64}, GPUPolicy: factory})
+	require.NoError(t, err)
+	prompt := seqTokens(16, 0) // 4 blocks
+	p, err := c.Acquire(Request{Tokens: prompt, Sparse: true})
+	require.NoError(t, err)
+	for i := 0; i < 16; i += 4 {
+		_, err := c.Append(p.Seq, prompt[i:i+4]...)
+		require.NoError(t, err)
+	}
+	_, err = c.Append(p.Seq, 99) // block 4, partial: pinned by Append
+	require.NoError(t, err)
+	// The block index of each unit of the sequence, taken before Release
+	// frees its partial block's record.
+	index := map[UnitID]int{}
+	c.mu.Lock()
+	for i, b := range c.seqs[p.Seq].blocks {
+		for sl := range c.numSlices {
+			index[c.unit(b, sl)] = i
+		}
+	}
+	c.mu.Unlock()
+	blocksOf := func(us []UnitID) []int {
+		var out []int
+		for _, u := range us {
+			i, ok := index[u]
+			require.True(t, ok, "unit %d is not the sequence's", u)
+			out = append(out, i)
+		}
+		return out
+	}
+	every := [][]int64{{0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3}}
+	var res SparseResult
+	require.NoError(t, c.SparseAccess(p.Seq, 0, every, &res)) // layer 0, both KV heads: 8 units
+	require.Equal(t, 8, res.Hits)
+	gp.unpins = gp.unpins[:0]
+	_, err = c.Append(p.Seq, 100) // still block 4: only the step's pins go
+	require.NoError(t, err)
+	require.Equal(t, []int{3, 3, 2, 2, 1, 1, 0, 0}, blocksOf(gp.unpins))
+
+	require.NoError(t, c.SparseAccess(p.Seq, 1, every, &res))
+	gp.unpins = gp.unpins[:0]
+	require.NoError(t, c.Release(p.Seq))
+	require.Equal(t, []int{4, 4, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0}, blocksOf(gp.unpins))
+}

@@ -52,9 +52,9 @@ func (c *Cache) Append(id SeqID, tokens ...uint32) (Plan, error) {
 	lo := c.wantLo(c.scratch.lo, s)
 	c.scratch.lo = lo
 	c.tx.reset()
-	// The step of the last SparseAccess is over: its pins go.
-	c.tx.unpins = append(c.tx.unpins, s.stepPins...)
 	c.queuePinDiff(s.blocks, s.pinLo, s.pinHi, newBlocks, lo, nb2, -1, -1)
+	// The step of the last SparseAccess is over: its pins go.
+	c.queueStepUnpins(s)
 	if err := c.runTxn(); err != nil {
 		s.writeFrom = oldWrite
 		for _, b := range newBlocks[nb:] {

@@ -1,10 +1,15 @@
 package kvcache
 
-import "fmt"
+import (
+	"cmp"
+	"fmt"
+	"slices"
+)
 
 // Release ends sequence id: its units are unpinned and stay cached (lazy
 // eviction) until a policy picks them; its private partial block is freed.
-// Blocks are unpinned from the sequence's last block to its first, so a
+// Blocks are unpinned from the sequence's last block to its first (with
+// the blocks its last SparseAccess pinned, in the same order), so a
 // recency policy (whose Unpin counts as the latest use, as vLLM's free queue
 // does) evicts a released chain from its tail. A unit whose descendants are
 // still cached may nevertheless be evicted: it becomes dropped and stays in
@@ -23,7 +28,8 @@ func (c *Cache) Release(id SeqID) error {
 	if !ok {
 		return fmt.Errorf("%w: %d", ErrUnknownSequence, id)
 	}
-	c.clearStepPins(s)
+	c.tx.reset()
+	us := c.tx.unpins
 	for i := len(s.blocks) - 1; i >= 0; i-- {
 		b := s.blocks[i]
 		for p := range c.pools {
@@ -31,10 +37,16 @@ func (c *Cache) Release(id SeqID) error {
 				continue
 			}
 			for _, sl := range c.pools[p].slices {
-				c.unpinUnit(c.unit(b, sl))
+				us = append(us, c.unit(b, sl))
 			}
 		}
 	}
+	c.tx.unpins = us
+	c.queueStepUnpins(s)
+	for _, u := range c.tx.unpins {
+		c.unpinUnit(u)
+	}
+	s.stepPins = s.stepPins[:0]
 	for i := len(s.blocks) - 1; i >= 0; i-- {
 		c.unref(s.blocks[i])
 	}
@@ -43,10 +55,19 @@ func (c *Cache) Release(id SeqID) error {
 	return nil
 }
 
-// clearStepPins removes the pins of s's last SparseAccess.
-func (c *Cache) clearStepPins(s *sequence) {
-	for _, u := range s.stepPins {
-		c.unpinUnit(u)
+// queueStepUnpins appends the pins of s's last SparseAccess to the
+// transaction's unpins, which already hold s's block pins to release from
+// its last block to its first, and orders the whole list tail first: by
+// block index, last first, keeping the order within a block. A recency
+// policy takes the first Unpin as the oldest use, so the blocks a step
+// selected leave from the tail, as a released sequence's do (Release).
+func (c *Cache) queueStepUnpins(s *sequence) {
+	t := &c.tx
+	if len(s.stepPins) == 0 {
+		return
 	}
-	s.stepPins = s.stepPins[:0]
+	t.unpins = append(t.unpins, s.stepPins...)
+	slices.SortStableFunc(t.unpins, func(a, b UnitID) int {
+		return cmp.Compare(c.blocks[c.blockOf(b)].index, c.blocks[c.blockOf(a)].index)
+	})
 }

@@ -53,9 +53,10 @@ func (r *SparseResult) reset() {
 // Touched units on the CPU are onboarded, dropped ones get fresh slots (the
 // server recomputes them), evicting others as needed. All touched units are
 // pinned for the layer's attention: until the sequence's next SparseAccess
-// (of any layer: it replaces these pins), Append, Truncate or Release. So
-// the GPU needs to hold one layer's selection per sequence, not a whole
-// step's: a server runs, for each layer, SparseAccess for every sequence of
+// (of any layer: it replaces these pins), Append, Truncate or Release,
+// which unpins them from the last block to the first (tail first, like
+// Release). So the GPU needs to hold one layer's selection per sequence,
+// not a whole step's: a server runs, for each layer, SparseAccess for every sequence of
 // the batch and then the layer's kernel. res is overwritten.
 //
 // It returns an error wrapping ErrUnknownSequence, ErrInvalidRequest
@@ -109,7 +110,7 @@ func (c *Cache) SparseAccess(id SeqID, layer int, heads [][]int64, res *SparseRe
 	c.scratch.units = keys
 	res.reset()
 	c.tx.reset()
-	c.tx.unpins = append(c.tx.unpins, s.stepPins...)
+	c.queueStepUnpins(s)
 	for _, k := range keys {
 		sl, b := int(k>>32), int(uint32(k))
 		c.addNeed(c.unit(s.blocks[b], sl))

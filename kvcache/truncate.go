@@ -64,8 +64,8 @@ func (c *Cache) Truncate(id SeqID, n int) (Plan, error) {
 	lo := c.wantLo(c.scratch.lo, s)
 	c.scratch.lo = lo
 	c.tx.reset()
-	c.tx.unpins = append(c.tx.unpins, s.stepPins...)
 	c.queuePinDiff(s.blocks, s.pinLo, s.pinHi, newBlocks, lo, nb, cowDst, cowSrc)
+	c.queueStepUnpins(s)
 	if err := c.runTxn(); err != nil {
 		s.writeFrom = oldWrite
 		if cowDst >= 0 {
