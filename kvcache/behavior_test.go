@@ -593,3 +593,36 @@ func TestSparseRecomputeCountsTokens(t *testing.T) {
 	require.Zero(t, res.Recompute)
 	require.Equal(t, int64(4), c.Stats().RecomputedTokens-before)
 }
+
+// TestTruncateDoesNotOffloadTheDiscardedBlock: the private partial block a
+// Truncate cuts off is evictable during the Truncate; if its units are
+// chosen as victims they are dropped, not copied to the CPU, since the
+// block is freed right after.
+func TestTruncateDoesNotOffloadTheDiscardedBlock(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil) // 2 units per block
+	gpu, cpu := Capacity{Units: 6}, Capacity{Units: 8}
+	c, err := New(Config{Layout: l, GPU: gpu, CPU: cpu})
+	require.NoError(t, err)
+	a, err := c.Acquire(Request{Tokens: seqTokens(8, 0)}) // blocks 0, 1
+	require.NoError(t, err)
+	_, err = c.Append(a.Seq, 8, 9) // private partial block 2: the GPU is full
+	require.NoError(t, err)
+	b, err := c.Acquire(Request{Tokens: seqTokens(8, 0)}) // shares blocks 0 and 1
+	require.NoError(t, err)
+	require.Equal(t, 4, b.HitUnits)
+	// Cutting into shared block 1 copies it on write: 2 slots, which only
+	// the cut-off block 2 can give.
+	p, err := c.Truncate(a.Seq, 3)
+	require.NoError(t, err)
+	require.Equal(t, 2, p.CopiedUnits)
+	require.Zero(t, p.OffloadedUnits)
+	require.Equal(t, 2, p.DroppedUnits)
+	require.Len(t, p.Copies, 2)
+	for _, cp := range p.Copies {
+		require.Equal(t, Copy{Pool: 0, From: GPU, FromSlot: cp.FromSlot, To: GPU, ToSlot: cp.ToSlot}, cp)
+	}
+	st := c.Stats()
+	require.Zero(t, st.Offloads)
+	require.Zero(t, st.CPU.Capacity-st.CPU.Free)
+	require.NoError(t, c.checkInvariants())
+}

@@ -7,7 +7,9 @@ import (
 
 // Truncate removes the last n tokens of sequence id (speculative decoding
 // rollback) and returns the plan. Blocks past the new end are released
-// (they stay cached if committed). When the new end falls inside a
+// (they stay cached if committed; a partial one is freed, and if the
+// Truncate evicts its units to make room they are dropped, never copied to
+// the CPU). When the new end falls inside a
 // committed block, the sequence needs a private partial block again: if it
 // is the block's only user and the block is a leaf of the tree, the block
 // is detached from the tree (a BlockRemoved event) and kept; otherwise it is

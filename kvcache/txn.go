@@ -322,6 +322,12 @@ func (c *Cache) shouldOffload(v UnitID, p int) bool {
 	if c.cpu[p].capacity() == 0 {
 		return false
 	}
+	if c.blocks[c.blockOf(v)].node == nil {
+		// A private block (partial, never reusable) is pinned by its
+		// sequence except while the Truncate that cuts it off runs,
+		// which frees it once committed: a copy would be wasted.
+		return false
+	}
 	if c.cost == nil {
 		return true
 	}
