@@ -122,6 +122,17 @@ type Config struct {
 	// offload when the CPU tier has or can make room. The victim is priced
 	// by the Unit of its policy Entry (layer, position among its
 	// sequence's blocks, context: see PolicyFactory).
+	//
+	// The decision compares one unit's transfer time (its bytes over the
+	// link) with its block's recompute cost (costmodel.Model.Decide on
+	// the Entry's Unit: the cost of a block's prefill, times the unit's
+	// layer and position weights). That is not a mismatch of units: a
+	// block with a dropped unit is recomputed whole, through every layer,
+	// so dropping one unit of a block whose other units hold bytes costs
+	// the block's recompute, while offloading it costs only its own copy
+	// back. That is the marginal choice for the first unit of a block to
+	// leave; for later ones it overprices dropping (the block is lost
+	// already), which errs towards keeping bytes.
 	CostModel *costmodel.Model
 	// Clock is handed to policy factories. Nil means a new
 	// eviction.SystemClock.

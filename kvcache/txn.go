@@ -331,6 +331,8 @@ func (c *Cache) shouldOffload(v UnitID, p int) bool {
 	if c.cost == nil {
 		return true
 	}
+	// One unit's copy back against its block's recompute: the marginal
+	// choice under whole-block recompute (see Config.CostModel).
 	act, err := c.cost.Decide(c.entryOf(v).Unit, c.pools[p].unitBytes)
 	return err == nil && act == costmodel.Offload
 }
