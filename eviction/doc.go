@@ -50,6 +50,19 @@
 // cost; g is the number of distinct costs, small in a kvcache where costs come
 // from (layer, chunk) pairs.
 //
+// # Key indexes
+//
+// LRU, FIFO, PrioritizedLRU and S3FIFO keep their keys in a slab of list
+// nodes and find a key's node through an index. By default the index is a
+// Go map, which takes any comparable key; at a million keys its cache
+// misses are most of an operation's cost. Keys that are small non-negative
+// integers (dense ids, slot or block numbers) can use a [DenseIndex]
+// instead, one slice access per lookup: build one with [NewDenseIndex] and
+// pass it to [NewLRUWithIndex], [NewFIFOWithIndex],
+// [NewPrioritizedLRUWithIndex] or [NewS3FIFOWithIndex]. The policy makes
+// the same choices with either index; an Insert of a key the dense index
+// cannot hold fails with [ErrKeyOutOfRange].
+//
 // # Contract
 //
 // Policies are not safe for concurrent use; the owner serializes calls, as a

@@ -12,4 +12,8 @@ var (
 	// ErrInvalidConfig reports a policy constructor given a bad parameter
 	// (for example a non-positive capacity or a ratio outside (0, 1)).
 	ErrInvalidConfig = errors.New("eviction: invalid config")
+	// ErrKeyOutOfRange reports an Insert of a key that the policy's
+	// [Index] cannot hold: for a [DenseIndex], a negative key or one above
+	// its maximum. The default map index takes every key.
+	ErrKeyOutOfRange = errors.New("eviction: key outside the index's range")
 )

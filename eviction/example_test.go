@@ -93,3 +93,35 @@ func ExamplePrioritizedLRU() {
 	// evicted new-turn
 	// eviction: invalid entry: Priority 101 is outside [0, 100]
 }
+
+// A policy whose keys are small integers (dense ids, block numbers) can
+// index them with a DenseIndex: a slice lookup instead of a map operation,
+// and the same choices. A key the index cannot hold is refused.
+func ExampleNewDenseIndex() {
+	idx, err := eviction.NewDenseIndex[uint32](999) // keys 0 to 999
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	p, err := eviction.NewLRUWithIndex(idx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, k := range []uint32{7, 3, 999} {
+		if err := p.Insert(k, eviction.NewEntry(1)); err != nil {
+			fmt.Println(err)
+		}
+	}
+	p.Access(7)
+	fmt.Println(p.Insert(1000, eviction.NewEntry(1)))
+	for p.Len() > 0 {
+		k, _ := p.Evict()
+		fmt.Println("evicted", k)
+	}
+	// Output:
+	// eviction: key outside the index's range: key 1000 is outside the DenseIndex's [0, 999]
+	// evicted 3
+	// evicted 999
+	// evicted 7
+}

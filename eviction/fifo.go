@@ -24,11 +24,14 @@ package eviction
 // a plain queue. Once the number of tracked keys stops growing nothing
 // allocates.
 //
-// The zero FIFO is not usable; create one with [NewFIFO]. A FIFO is not
-// safe for concurrent use.
+// Keys are indexed with a Go map, or with the [Index] given to
+// [NewFIFOWithIndex]; both make the same choices.
+//
+// The zero FIFO is not usable; create one with [NewFIFO] or
+// [NewFIFOWithIndex]. A FIFO is not safe for concurrent use.
 type FIFO[K comparable] struct {
-	slab  linkedSlab[K, fifoMeta]
-	index map[K]int32
+	slab linkedSlab[K, fifoMeta]
+	keys keyIndex[K]
 	// reclaimed holds the parked keys that were unpinned since, keyed by
 	// insertion number.
 	reclaimed stampHeap
@@ -53,31 +56,51 @@ var _ Policy[int] = (*FIFO[int])(nil)
 // fifoHead is the sentinel of the FIFO's queue.
 const fifoHead int32 = 0
 
-// NewFIFO returns an empty FIFO policy.
+// NewFIFO returns an empty FIFO policy that indexes its keys with a Go
+// map.
 func NewFIFO[K comparable]() *FIFO[K] {
-	p := &FIFO[K]{index: make(map[K]int32)}
+	p := &FIFO[K]{keys: keyIndex[K]{m: make(map[K]int32)}}
 	p.slab.init(1)
 	return p
 }
 
+// NewFIFOWithIndex returns an empty FIFO policy that indexes its keys with
+// idx, or with a Go map when idx is nil (as [NewFIFO]). It returns an error
+// wrapping [ErrInvalidConfig] when idx is a nil *DenseIndex or already
+// belongs to a policy.
+func NewFIFOWithIndex[K comparable](idx Index[K]) (*FIFO[K], error) {
+	keys, err := newKeyIndex(idx)
+	if err != nil {
+		return nil, err
+	}
+	p := &FIFO[K]{keys: keys}
+	p.slab.init(1)
+	return p, nil
+}
+
 // Insert starts tracking k as the newest evictable key. It returns an error
-// wrapping [ErrInvalidEntry] for an invalid e and one wrapping
-// [ErrKeyExists] when k is already tracked; the policy is then unchanged.
+// wrapping [ErrInvalidEntry] for an invalid e, one wrapping
+// [ErrKeyExists] when k is already tracked, one wrapping
+// [ErrKeyOutOfRange] when the index cannot hold k and one wrapping
+// [ErrTooManyKeys] when the slab is full; the policy is then unchanged.
 // FIFO ignores every field of e beyond validating it.
 func (p *FIFO[K]) Insert(k K, e Entry) error {
 	if err := e.Validate(); err != nil {
 		return err
 	}
-	if _, ok := p.index[k]; ok {
+	if _, ok := p.keys.lookup(k); ok {
 		return trackedKeyError(k)
 	}
 	i, err := p.slab.alloc(k, fifoMeta(p.nextSeq))
 	if err != nil {
 		return err
 	}
+	if err := p.keys.store(k, i); err != nil {
+		p.slab.release(i)
+		return err
+	}
 	p.nextSeq++
 	p.slab.pushBack(fifoHead, i)
-	p.index[k] = i
 	return nil
 }
 
@@ -87,7 +110,7 @@ func (p *FIFO[K]) Access(k K) {}
 // Pin makes k ineligible for eviction until Unpin, keeping its place in the
 // insertion order. It does nothing for an unknown or already pinned k.
 func (p *FIFO[K]) Pin(k K) {
-	i, ok := p.index[k]
+	i, ok := p.keys.lookup(k)
 	if !ok || p.slab.nodes[i].meta.pinned() {
 		return
 	}
@@ -99,7 +122,7 @@ func (p *FIFO[K]) Pin(k K) {
 // Unpin makes a pinned k evictable again, as old as it was inserted. It
 // does nothing for an unknown or evictable k.
 func (p *FIFO[K]) Unpin(k K) {
-	i, ok := p.index[k]
+	i, ok := p.keys.lookup(k)
 	if !ok || !p.slab.nodes[i].meta.pinned() {
 		return
 	}
@@ -112,7 +135,7 @@ func (p *FIFO[K]) Unpin(k K) {
 
 // Remove stops tracking k, pinned or not. It does nothing for an unknown k.
 func (p *FIFO[K]) Remove(k K) {
-	i, ok := p.index[k]
+	i, ok := p.keys.lookup(k)
 	if !ok {
 		return
 	}
@@ -126,7 +149,7 @@ func (p *FIFO[K]) forget(i int32) {
 	} else {
 		p.reclaimed.remove(i)
 	}
-	delete(p.index, p.slab.nodes[i].key)
+	p.keys.delete(p.slab.nodes[i].key)
 	p.slab.release(i)
 }
 
@@ -157,5 +180,5 @@ func (p *FIFO[K]) Evict() (K, bool) {
 
 // Len returns the number of tracked keys, pinned or not.
 func (p *FIFO[K]) Len() int {
-	return len(p.index)
+	return p.keys.len()
 }

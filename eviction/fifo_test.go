@@ -48,11 +48,13 @@ func TestFIFODifferential(t *testing.T) {
 		{"cache", diffOps{insert: 30, access: 30, pin: 3, unpin: 3, remove: 4, evict: 25, advance: 5}},
 		{"pinned", diffOps{insert: 25, access: 10, pin: 25, unpin: 15, remove: 5, evict: 20, advance: 0}},
 	}
-	for _, m := range mixes {
-		for seed := range uint64(10) {
-			runDifferential(t, "FIFO/"+m.name, seed, 3000, 64, m.w,
-				func(eviction.Clock) eviction.Policy[int] { return eviction.NewFIFO[int]() },
-				&refFIFO{}, plainEntry)
+	for _, kind := range indexKinds {
+		for _, m := range mixes {
+			for seed := range uint64(10) {
+				runDifferential(t, "FIFO/"+kind+"/"+m.name, seed, 3000, 64, m.w,
+					func(eviction.Clock) eviction.Policy[int] { return must(eviction.NewFIFOWithIndex(newIndex(kind, 63))) },
+					&refFIFO{}, plainEntry)
+			}
 		}
 	}
 }

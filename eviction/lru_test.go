@@ -49,11 +49,13 @@ func TestLRUDifferential(t *testing.T) {
 		{"cache", diffOps{insert: 30, access: 30, pin: 3, unpin: 3, remove: 4, evict: 25, advance: 5}},
 		{"pinned", diffOps{insert: 25, access: 15, pin: 25, unpin: 15, remove: 5, evict: 15, advance: 0}},
 	}
-	for _, m := range mixes {
-		for seed := range uint64(10) {
-			runDifferential(t, "LRU/"+m.name, seed, 3000, 64, m.w,
-				func(eviction.Clock) eviction.Policy[int] { return eviction.NewLRU[int]() },
-				&refLRU{}, plainEntry)
+	for _, kind := range indexKinds {
+		for _, m := range mixes {
+			for seed := range uint64(10) {
+				runDifferential(t, "LRU/"+kind+"/"+m.name, seed, 3000, 64, m.w,
+					func(eviction.Clock) eviction.Policy[int] { return must(eviction.NewLRUWithIndex(newIndex(kind, 63))) },
+					&refLRU{}, plainEntry)
+			}
 		}
 	}
 }

@@ -36,7 +36,8 @@ import (
 //
 // Algorithm: one slab-backed doubly linked list per priority level (101
 // lists, int32 indices, free list), a 128-bit bitmap of non-empty levels,
-// and a map from key to node. Evict finds the lowest non-empty level with
+// and an index from key to node (a Go map, or the [Index] given to
+// [NewPrioritizedLRUWithIndex]; both make the same choices). Evict finds the lowest non-empty level with
 // one trailing-zeros count on the bitmap and takes that list's front, so
 // choosing a victim is O(1) whatever the number of keys or levels. Expiries
 // are kept exact but lazy: evictable keys with a running timer sit in a
@@ -54,12 +55,13 @@ import (
 // keys stops growing nothing allocates.
 //
 // The zero PrioritizedLRU is not usable; create one with
-// [NewPrioritizedLRU]. A PrioritizedLRU is not safe for concurrent use.
+// [NewPrioritizedLRU] or [NewPrioritizedLRUWithIndex]. A PrioritizedLRU is
+// not safe for concurrent use.
 type PrioritizedLRU[K comparable] struct {
 	clock Clock
 	// slab holds one list per level; the list of level l has sentinel l.
-	slab  linkedSlab[K, prioritizedMeta]
-	index map[K]int32
+	slab linkedSlab[K, prioritizedMeta]
+	keys keyIndex[K]
 	// nonEmpty has bit l set when level l's list holds a key.
 	nonEmpty [2]uint64
 	// expiring holds the evictable keys whose priority will expire, keyed by
@@ -88,34 +90,56 @@ const priorityLevels = MaxPriority - MinPriority + 1
 // NewPrioritizedLRU returns an empty prioritized LRU that reads priority
 // expiries from clock. A nil clock means a [SystemClock] created now, so
 // durations always run out; pass a [ManualClock] for simulations and tests.
+// Keys are indexed with a Go map.
 func NewPrioritizedLRU[K comparable](clock Clock) *PrioritizedLRU[K] {
+	return newPrioritizedLRU(clock, keyIndex[K]{m: make(map[K]int32)})
+}
+
+// NewPrioritizedLRUWithIndex is [NewPrioritizedLRU] with the keys indexed
+// by idx, or by a Go map when idx is nil. It returns an error wrapping
+// [ErrInvalidConfig] when idx is a nil *DenseIndex or already belongs to a
+// policy.
+func NewPrioritizedLRUWithIndex[K comparable](clock Clock, idx Index[K]) (*PrioritizedLRU[K], error) {
+	keys, err := newKeyIndex(idx)
+	if err != nil {
+		return nil, err
+	}
+	return newPrioritizedLRU(clock, keys), nil
+}
+
+func newPrioritizedLRU[K comparable](clock Clock, keys keyIndex[K]) *PrioritizedLRU[K] {
 	if clock == nil {
 		clock = NewSystemClock()
 	}
-	p := &PrioritizedLRU[K]{clock: clock, index: make(map[K]int32)}
+	p := &PrioritizedLRU[K]{clock: clock, keys: keys}
 	p.slab.init(priorityLevels)
 	return p
 }
 
 // Insert starts tracking k as the most recently used evictable key of
 // priority e.Priority, for e.PriorityDuration when positive. It returns an
-// error wrapping [ErrInvalidEntry] for an invalid e and one wrapping
-// [ErrKeyExists] when k is already tracked; the policy is then unchanged.
+// error wrapping [ErrInvalidEntry] for an invalid e, one wrapping
+// [ErrKeyExists] when k is already tracked, one wrapping
+// [ErrKeyOutOfRange] when the index cannot hold k and one wrapping
+// [ErrTooManyKeys] when the slab is full; the policy is then unchanged.
 func (p *PrioritizedLRU[K]) Insert(k K, e Entry) error {
 	if err := e.Validate(); err != nil {
 		return err
 	}
-	if _, ok := p.index[k]; ok {
+	if _, ok := p.keys.lookup(k); ok {
 		return trackedKeyError(k)
 	}
 	i, err := p.slab.alloc(k, prioritizedMeta{level: uint8(e.Priority - MinPriority)})
 	if err != nil {
 		return err
 	}
+	if err := p.keys.store(k, i); err != nil {
+		p.slab.release(i)
+		return err
+	}
 	if e.Priority != DefaultPriority {
 		p.setDuration(i, e.PriorityDuration)
 	}
-	p.index[k] = i
 	p.expire()
 	p.release(i)
 	return nil
@@ -125,7 +149,7 @@ func (p *PrioritizedLRU[K]) Insert(k K, e Entry) error {
 // It does nothing for a pinned or unknown k, and does not restart k's
 // priority timer.
 func (p *PrioritizedLRU[K]) Access(k K) {
-	i, ok := p.index[k]
+	i, ok := p.keys.lookup(k)
 	if !ok || p.slab.nodes[i].meta.pinned {
 		return
 	}
@@ -136,7 +160,7 @@ func (p *PrioritizedLRU[K]) Access(k K) {
 // Pin makes k ineligible for eviction until Unpin and stops its priority
 // timer. It does nothing for an unknown or already pinned k.
 func (p *PrioritizedLRU[K]) Pin(k K) {
-	i, ok := p.index[k]
+	i, ok := p.keys.lookup(k)
 	if !ok || p.slab.nodes[i].meta.pinned {
 		return
 	}
@@ -150,7 +174,7 @@ func (p *PrioritizedLRU[K]) Pin(k K) {
 // its priority, and restarts its priority timer if its priority has not
 // expired. It does nothing for an unknown or evictable k.
 func (p *PrioritizedLRU[K]) Unpin(k K) {
-	i, ok := p.index[k]
+	i, ok := p.keys.lookup(k)
 	if !ok || !p.slab.nodes[i].meta.pinned {
 		return
 	}
@@ -161,7 +185,7 @@ func (p *PrioritizedLRU[K]) Unpin(k K) {
 
 // Remove stops tracking k, pinned or not. It does nothing for an unknown k.
 func (p *PrioritizedLRU[K]) Remove(k K) {
-	i, ok := p.index[k]
+	i, ok := p.keys.lookup(k)
 	if !ok {
 		return
 	}
@@ -192,7 +216,7 @@ func (p *PrioritizedLRU[K]) Evict() (K, bool) {
 
 // Len returns the number of tracked keys, pinned or not.
 func (p *PrioritizedLRU[K]) Len() int {
-	return len(p.index)
+	return p.keys.len()
 }
 
 // release appends detached node i to the back of its level and starts its
@@ -223,7 +247,7 @@ func (p *PrioritizedLRU[K]) forget(i int32) {
 		p.detach(i)
 	}
 	p.setDuration(i, 0) // the node will be reused
-	delete(p.index, p.slab.nodes[i].key)
+	p.keys.delete(p.slab.nodes[i].key)
 	p.slab.release(i)
 }
 

@@ -89,11 +89,15 @@ func TestPrioritizedLRUDifferential(t *testing.T) {
 		{"pinned", diffOps{insert: 25, access: 10, pin: 25, unpin: 15, remove: 5, evict: 10, advance: 10}},
 		{"no time", diffOps{insert: 30, access: 25, pin: 10, unpin: 10, remove: 5, evict: 20}},
 	}
-	for _, m := range mixes {
-		for seed := range uint64(12) {
-			runDifferential(t, "PrioritizedLRU/"+m.name, seed, 3000, 64, m.w,
-				func(c eviction.Clock) eviction.Policy[int] { return eviction.NewPrioritizedLRU[int](c) },
-				&refPrioritized{}, prioritizedEntry)
+	for _, kind := range indexKinds {
+		for _, m := range mixes {
+			for seed := range uint64(12) {
+				runDifferential(t, "PrioritizedLRU/"+kind+"/"+m.name, seed, 3000, 64, m.w,
+					func(c eviction.Clock) eviction.Policy[int] {
+						return must(eviction.NewPrioritizedLRUWithIndex(c, newIndex(kind, 63)))
+					},
+					&refPrioritized{}, prioritizedEntry)
+			}
 		}
 	}
 }

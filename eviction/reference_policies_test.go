@@ -404,17 +404,23 @@ func (r *refPrioritized) evict(now time.Duration) (int, bool) {
 
 // FuzzPoliciesMatchReferences decodes the input as a sequence of
 // operations, three bytes each (operation, key, argument), and runs it on
-// LRU, FIFO and PrioritizedLRU and on their references, requiring the same
-// victims and lengths after every operation.
+// LRU, FIFO and PrioritizedLRU, each with a map and with a DenseIndex, and
+// on their references, requiring the same victims and lengths after every
+// operation.
 func FuzzPoliciesMatchReferences(f *testing.F) {
 	f.Add([]byte{0, 1, 0, 0, 2, 0, 5, 0, 0})
 	f.Add([]byte{0, 1, 10, 0, 2, 200, 6, 0, 9, 5, 0, 0, 2, 1, 0, 5, 0, 0, 3, 1, 0, 5, 0, 0})
 	f.Add([]byte{0, 1, 130, 0, 2, 131, 0, 3, 35, 6, 0, 5, 1, 2, 0, 6, 0, 20, 5, 0, 0, 5, 0, 0, 5, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		clk := new(eviction.ManualClock)
-		policies := []eviction.Policy[int]{eviction.NewLRU[int](), eviction.NewFIFO[int](), eviction.NewPrioritizedLRU[int](clk)}
-		refs := []refPolicy{&refLRU{}, &refFIFO{}, &refPrioritized{}}
-		names := []string{"LRU", "FIFO", "PrioritizedLRU"}
+		policies := []eviction.Policy[int]{
+			eviction.NewLRU[int](), eviction.NewFIFO[int](), eviction.NewPrioritizedLRU[int](clk),
+			must(eviction.NewLRUWithIndex(newIndex("dense", 15))),
+			must(eviction.NewFIFOWithIndex(newIndex("dense", 15))),
+			must(eviction.NewPrioritizedLRUWithIndex(clk, newIndex("dense", 15))),
+		}
+		refs := []refPolicy{&refLRU{}, &refFIFO{}, &refPrioritized{}, &refLRU{}, &refFIFO{}, &refPrioritized{}}
+		names := []string{"LRU", "FIFO", "PrioritizedLRU", "dense LRU", "dense FIFO", "dense PrioritizedLRU"}
 		for pos := 0; pos+3 <= len(data); pos += 3 {
 			kind, k, arg := data[pos]%7, int(data[pos+1]%16), data[pos+2]
 			now := clk.Now()

@@ -129,21 +129,23 @@ type s3Meta struct {
 //   - Remove drops a key without remembering it in the ghost, as
 //     libCacheSim's remove does.
 //
-// Cost: Access, Pin, Unpin, Remove and Admit do one map operation and O(1)
-// list work; Insert a lookup and an assignment (only the assignment right
-// after Admit found the key absent). Evict deletes its victim, or the
-// ghost entries it displaces, from the map and is O(1) amortized: each key
+// Cost: Access, Pin, Unpin, Remove and Admit do one index operation and
+// O(1) list work; Insert a lookup and a store (only the store right after
+// Admit found the key absent). Evict deletes its victim, or the ghost
+// entries it displaces, from the index and is O(1) amortized: each key
 // moves from small to main at most once per insertion, and each main
-// reinsertion spends one of at most 3 counted hits. Nodes (tracked and ghost) live in a slab indexed
-// by int32 with a free list, so once the working set stops growing nothing
-// allocates. Per key: one map entry plus a 32-byte node for uint64 keys;
-// ghost keys cost the same.
+// reinsertion spends one of at most 3 counted hits. Nodes (tracked and
+// ghost) live in a slab indexed by int32 with a free list, so once the
+// working set stops growing nothing allocates. Per key: one index entry (a
+// Go map's, or 4 bytes per possible key with a [DenseIndex]) plus a 32-byte
+// node for uint64 keys; ghost keys cost the same. The index holds the
+// tracked keys and the ghost keys.
 //
-// The zero S3FIFO is not usable; create one with [NewS3FIFO]. An S3FIFO is
-// not safe for concurrent use.
+// The zero S3FIFO is not usable; create one with [NewS3FIFO] or
+// [NewS3FIFOWithIndex]. An S3FIFO is not safe for concurrent use.
 type S3FIFO[K comparable] struct {
-	slab  linkedSlab[K, s3Meta]
-	index map[K]int32 // tracked, ghost and claimed keys
+	slab linkedSlab[K, s3Meta]
+	keys keyIndex[K] // tracked, ghost and claimed keys
 
 	bytes   [s3Lists]int64 // sum of sizes linked on each list
 	count   [s3Lists]int   // nodes linked on each list
@@ -172,14 +174,27 @@ var _ Policy[int] = (*S3FIFO[int])(nil)
 // queue sizes are computed as libCacheSim does: small =
 // floor(Capacity*SmallRatio), main = Capacity - small, ghost =
 // floor(Capacity*GhostRatio). It returns an error wrapping
-// [ErrInvalidConfig] when a field is out of range.
+// [ErrInvalidConfig] when a field is out of range. Keys are indexed with a
+// Go map.
 func NewS3FIFO[K comparable](cfg S3FIFOConfig) (*S3FIFO[K], error) {
+	return NewS3FIFOWithIndex[K](cfg, nil)
+}
+
+// NewS3FIFOWithIndex is [NewS3FIFO] with the keys indexed by idx, or by a
+// Go map when idx is nil. The index holds the ghost keys too. It returns an
+// error wrapping [ErrInvalidConfig] for a bad cfg, a nil *DenseIndex or an
+// index that already belongs to a policy.
+func NewS3FIFOWithIndex[K comparable](cfg S3FIFOConfig, idx Index[K]) (*S3FIFO[K], error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
+	keys, err := newKeyIndex(idx)
+	if err != nil {
+		return nil, err
+	}
 	p := &S3FIFO[K]{
-		index:     make(map[K]int32),
+		keys:      keys,
 		capacity:  cfg.Capacity,
 		smallCap:  int64(float64(cfg.Capacity) * cfg.SmallRatio),
 		ghostCap:  int64(float64(cfg.Capacity) * cfg.GhostRatio),
@@ -198,9 +213,11 @@ func NewS3FIFO[K comparable](cfg S3FIFOConfig) (*S3FIFO[K], error) {
 // claimed by [S3FIFO.Admit]) goes to the main FIFO, any other key to the
 // small FIFO (see the type's documentation for the exceptions). It returns
 // an error wrapping [ErrInvalidEntry] for an invalid e, one wrapping
-// [ErrKeyExists] when k is already tracked and one wrapping
-// [ErrTooManyKeys] when the slab is full; the policy is then unchanged.
-// Only e.Size is used.
+// [ErrKeyExists] when k is already tracked, one wrapping
+// [ErrKeyOutOfRange] when the index cannot hold k and one wrapping
+// [ErrTooManyKeys] when the slab is full; the policy is then unchanged,
+// but for a claim of [S3FIFO.Admit], which lapses at any Insert of another
+// key. Only e.Size is used.
 func (p *S3FIFO[K]) Insert(k K, e Entry) error {
 	if err := e.Validate(); err != nil {
 		return err
@@ -208,7 +225,7 @@ func (p *S3FIFO[K]) Insert(k K, e Entry) error {
 	var i int32
 	ok := false
 	if !p.absentValid || p.absent != k {
-		i, ok = p.index[k]
+		i, ok = p.keys.lookup(k)
 	}
 	p.forgetAbsent()
 	if ok {
@@ -232,13 +249,16 @@ func (p *S3FIFO[K]) Insert(k K, e Entry) error {
 	if err != nil {
 		return err
 	}
+	if err := p.keys.store(k, i); err != nil {
+		p.slab.release(i)
+		return err
+	}
 	q := s3Small
 	if e.Size >= p.smallCap || (!p.hasEvicted && p.bytes[s3Small] >= p.smallCap) {
 		q = s3Main
 	}
 	p.slab.nodes[i].meta.queue = q
 	p.attach(q, i)
-	p.index[k] = i
 	p.tracked++
 	return nil
 }
@@ -246,7 +266,7 @@ func (p *S3FIFO[K]) Insert(k K, e Entry) error {
 // Access counts a hit on k, pinned or not. It does nothing for a key that
 // is not tracked (including a ghost key).
 func (p *S3FIFO[K]) Access(k K) {
-	i, ok := p.index[k]
+	i, ok := p.keys.lookup(k)
 	if !ok {
 		return
 	}
@@ -259,7 +279,7 @@ func (p *S3FIFO[K]) Access(k K) {
 // Pin takes an evictable k out of its queue until Unpin; its hit counter
 // is kept. It does nothing for an unknown or pinned k.
 func (p *S3FIFO[K]) Pin(k K) {
-	i, ok := p.index[k]
+	i, ok := p.keys.lookup(k)
 	if !ok {
 		return
 	}
@@ -274,7 +294,7 @@ func (p *S3FIFO[K]) Pin(k K) {
 // Unpin puts a pinned k back at the tail of the queue it left. It does
 // nothing for an unknown or evictable k.
 func (p *S3FIFO[K]) Unpin(k K) {
-	i, ok := p.index[k]
+	i, ok := p.keys.lookup(k)
 	if !ok {
 		return
 	}
@@ -289,7 +309,7 @@ func (p *S3FIFO[K]) Unpin(k K) {
 // Remove stops tracking k, pinned or not, without remembering it in the
 // ghost. It does nothing for a key that is not tracked.
 func (p *S3FIFO[K]) Remove(k K) {
-	i, ok := p.index[k]
+	i, ok := p.keys.lookup(k)
 	if !ok {
 		return
 	}
@@ -408,7 +428,7 @@ func (p *S3FIFO[K]) remember(i int32) {
 func (p *S3FIFO[K]) Admit(k K, size int64) (makeRoom, insert bool) {
 	p.dropClaim()
 	makeRoom = size >= 1 && size <= p.capacity && size <= p.smallCap
-	i, ok := p.index[k]
+	i, ok := p.keys.lookup(k)
 	if !ok {
 		p.absent, p.absentValid = k, true
 		return makeRoom, makeRoom && size < p.smallCap
@@ -450,7 +470,7 @@ func (p *S3FIFO[K]) detach(i int32) {
 
 // forget deletes detached node i from the index and frees it.
 func (p *S3FIFO[K]) forget(i int32) {
-	delete(p.index, p.slab.nodes[i].key)
+	p.keys.delete(p.slab.nodes[i].key)
 	p.slab.release(i)
 }
 

@@ -14,12 +14,24 @@ func TestS3FIFONodeSize(t *testing.T) {
 }
 
 // TestS3FIFOQueueAccounting checks the per-queue byte counts against a walk
-// of the lists after a random run with pins, removes and ghost hits.
+// of the lists after a random run with pins, removes and ghost hits, and
+// that the index holds exactly the tracked, ghost and claimed keys; with the
+// map and with a DenseIndex.
 func TestS3FIFOQueueAccounting(t *testing.T) {
-	p, err := NewS3FIFO[int](S3FIFOConfig{Capacity: 200})
+	dense, err := NewDenseIndex(299)
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, idx := range []Index[int]{nil, dense} {
+		p, err := NewS3FIFOWithIndex(S3FIFOConfig{Capacity: 200}, idx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkS3FIFOAccounting(t, p)
+	}
+}
+
+func checkS3FIFOAccounting(t *testing.T, p *S3FIFO[int]) {
 	x := uint64(12345)
 	next := func(n int) int { // xorshift: no test dependency on math/rand
 		x ^= x << 13
@@ -74,14 +86,28 @@ func TestS3FIFOQueueAccounting(t *testing.T) {
 		if p.bytes[s3Ghost] > p.ghostCap {
 			t.Fatalf("step %d: ghost holds %d > %d", step, p.bytes[s3Ghost], p.ghostCap)
 		}
-		pinned := 0
-		for _, i := range p.index {
-			if m := p.slab.nodes[i].meta; m.pinned {
+		pinned, indexed := 0, 0
+		for k := range 300 {
+			i, ok := p.keys.lookup(k)
+			if !ok {
+				continue
+			}
+			indexed++
+			if n := p.slab.nodes[i]; n.key != k {
+				t.Fatalf("step %d: the index sends key %d to node %d, which holds key %d", step, k, i, n.key)
+			} else if n.meta.pinned {
 				pinned++
 			}
 		}
 		if tracked+pinned != p.Len() {
 			t.Fatalf("step %d: %d linked + %d pinned, Len %d", step, tracked, pinned, p.Len())
+		}
+		claimed := 0
+		if p.claimed != noLink {
+			claimed = 1
+		}
+		if want := tracked + pinned + p.count[s3Ghost] + claimed; indexed != want || p.keys.len() != want {
+			t.Fatalf("step %d: the index holds %d keys (len %d); tracked, ghost and claimed keys: %d", step, indexed, p.keys.len(), want)
 		}
 	}
 }

@@ -349,14 +349,10 @@ func (r *refS3FIFO) evict() (int, bool) {
 // TestS3FIFOMatchesReference replays random traces (skewed keys, sizes
 // from 1 to about a small queue) through the policy used as a classic
 // cache, the way package replay does, and through the reference: every
-// hit, miss and victim must agree.
+// hit, miss and victim must agree. The policy runs with a map and with a
+// DenseIndex.
 func TestS3FIFOMatchesReference(t *testing.T) {
-	configs := []struct {
-		capacity          int64
-		small, ghost      float64
-		threshold, maxObj int
-		original          bool
-	}{
+	configs := []s3RefCase{
 		{100, 0.1, 0.9, 2, 12, false},
 		{100, 0.1, 0.9, 1, 12, false},
 		{257, 0.25, 0.5, 3, 20, false},
@@ -366,51 +362,67 @@ func TestS3FIFOMatchesReference(t *testing.T) {
 		{100, 0.1, 0.9, 2, 12, true},
 		{500, 0.2, 0.9, 1, 30, true},
 	}
-	for ci, c := range configs {
-		for seed := range uint64(6) {
-			name := fmt.Sprintf("config%d/seed%d", ci, seed)
-			rng := rand.New(rand.NewPCG(seed, uint64(ci)))
-			zipf := rand.NewZipf(rng, 1.1, 4, 400)
-			sizes := map[int]int64{}
-			ref := newRefS3FIFO(c.capacity, c.small, c.ghost, c.threshold, c.original)
-			p, err := eviction.NewS3FIFO[int](eviction.S3FIFOConfig{
-				Capacity: c.capacity, SmallRatio: c.small, GhostRatio: c.ghost, MoveToMainThreshold: c.threshold,
-				Original: c.original,
-			})
-			require.NoError(t, err)
-			resident := map[int]int64{}
-			var occupied int64
-			for step := range 6000 {
-				id := int(zipf.Uint64())
-				size, ok := sizes[id]
-				if !ok || rng.IntN(50) == 0 { // sizes change now and then
-					size = 1 + rng.Int64N(int64(c.maxObj))
-					sizes[id] = size
-				}
-				wantHit, wantEvicted := ref.get(id, size)
-
-				var evicted []int
-				_, hit := resident[id]
-				if hit {
-					p.Access(id)
-				} else if makeRoom, insert := p.Admit(id, size); makeRoom {
-					for occupied+size > c.capacity {
-						k, ok := p.Evict()
-						require.True(t, ok, "%s step %d: nothing to evict", name, step)
-						occupied -= resident[k]
-						delete(resident, k)
-						evicted = append(evicted, k)
-					}
-					if insert {
-						require.NoError(t, p.Insert(id, eviction.NewEntry(size)))
-						resident[id] = size
-						occupied += size
-					}
-				}
-				require.Equal(t, wantHit, hit, "%s step %d: key %d", name, step, id)
-				require.Equal(t, wantEvicted, evicted, "%s step %d: key %d size %d", name, step, id, size)
-				require.Equal(t, len(resident), p.Len(), "%s step %d", name, step)
+	for _, kind := range indexKinds {
+		for ci, c := range configs {
+			for seed := range uint64(6) {
+				c.check(t, fmt.Sprintf("%s/config%d/seed%d", kind, ci, seed), kind, rand.New(rand.NewPCG(seed, uint64(ci))))
 			}
 		}
+	}
+}
+
+// s3RefCase is one configuration of TestS3FIFOMatchesReference.
+type s3RefCase struct {
+	capacity          int64
+	small, ghost      float64
+	threshold, maxObj int
+	original          bool
+}
+
+// check replays one random trace drawn from rng through the policy, built
+// with an index of kind, and through the reference.
+func (c s3RefCase) check(t *testing.T, name, kind string, rng *rand.Rand) {
+	t.Helper()
+	const maxID = 400
+	zipf := rand.NewZipf(rng, 1.1, 4, maxID)
+	sizes := map[int]int64{}
+	ref := newRefS3FIFO(c.capacity, c.small, c.ghost, c.threshold, c.original)
+	p, err := eviction.NewS3FIFOWithIndex(eviction.S3FIFOConfig{
+		Capacity: c.capacity, SmallRatio: c.small, GhostRatio: c.ghost, MoveToMainThreshold: c.threshold,
+		Original: c.original,
+	}, newIndex(kind, maxID))
+	require.NoError(t, err)
+	resident := map[int]int64{}
+	var occupied int64
+	for step := range 6000 {
+		id := int(zipf.Uint64())
+		size, ok := sizes[id]
+		if !ok || rng.IntN(50) == 0 { // sizes change now and then
+			size = 1 + rng.Int64N(int64(c.maxObj))
+			sizes[id] = size
+		}
+		wantHit, wantEvicted := ref.get(id, size)
+
+		var evicted []int
+		_, hit := resident[id]
+		if hit {
+			p.Access(id)
+		} else if makeRoom, insert := p.Admit(id, size); makeRoom {
+			for occupied+size > c.capacity {
+				k, ok := p.Evict()
+				require.True(t, ok, "%s step %d: nothing to evict", name, step)
+				occupied -= resident[k]
+				delete(resident, k)
+				evicted = append(evicted, k)
+			}
+			if insert {
+				require.NoError(t, p.Insert(id, eviction.NewEntry(size)))
+				resident[id] = size
+				occupied += size
+			}
+		}
+		require.Equal(t, wantHit, hit, "%s step %d: key %d", name, step, id)
+		require.Equal(t, wantEvicted, evicted, "%s step %d: key %d size %d", name, step, id, size)
+		require.Equal(t, len(resident), p.Len(), "%s step %d", name, step)
 	}
 }

@@ -45,7 +45,7 @@
 //     Pin, Unpin, Evict and Insert allocates nothing
 //     (testing.AllocsPerRun reports 0).
 //
-// The suite uses int keys, entries of sizes 1 to 4 with every priority and
-// some priority durations, and finishes in well under a second per policy
-// without the race detector.
+// The suite uses int keys from 0 to [MaxKey], entries of sizes 1 to 4 with
+// every priority and some priority durations, and finishes in well under a
+// second per policy without the race detector.
 package evictiontest

@@ -26,6 +26,11 @@ type Config struct {
 // interesting orders, small enough to run fast under the race detector.
 const suiteCapacity = 512
 
+// MaxKey is the largest key the suite uses: every key it passes to a policy
+// is an int in [0, MaxKey], so a policy that indexes its keys by value (such
+// as one built with an eviction.DenseIndex of MaxKey) can run the suite.
+const MaxKey = 2047
+
 // Run checks that the policies newPolicy builds keep the [eviction.Policy]
 // contract. Each check is a subtest of t; newPolicy is called for every
 // policy a check needs, with a fresh Config each time, and must return a
