@@ -44,34 +44,39 @@ func generatedTrace(n, universe int, seed uint64) []trace.Request {
 
 // BenchmarkReplay measures the replay loop on a trace decoded in memory,
 // so reading is not measured: one iteration replays the whole trace into a
-// fresh policy. req/s is requests replayed per second of the loop.
+// fresh policy. req/s is requests replayed per second of the loop. The
+// runners: Requests is RunRequests (trace ids, map indexes), Prepared is
+// Prepared.Run with the policy's map index, PreparedDense the same with the
+// policy's keys in Prepared.NewIndex's dense index.
 //
 //	go test -run '^$' -bench '^BenchmarkReplay$' -benchtime 20x ./eviction/replay/
 func BenchmarkReplay(b *testing.B) {
 	name, reqs := benchTrace(b)
 	policies := []struct {
 		name string
-		new  func(capacity int64) eviction.Policy[uint64]
+		new  func(capacity int64, idx eviction.Index[uint64]) (eviction.Policy[uint64], error)
 	}{
-		{"LRU", func(int64) eviction.Policy[uint64] { return eviction.NewLRU[uint64]() }},
-		{"FIFO", func(int64) eviction.Policy[uint64] { return eviction.NewFIFO[uint64]() }},
-		{"S3FIFO", func(c int64) eviction.Policy[uint64] {
-			p, err := eviction.NewS3FIFO[uint64](eviction.S3FIFOConfig{Capacity: c})
-			if err != nil {
-				b.Fatal(err)
-			}
-			return p
+		{"LRU", func(_ int64, idx eviction.Index[uint64]) (eviction.Policy[uint64], error) {
+			return eviction.NewLRUWithIndex(idx)
+		}},
+		{"FIFO", func(_ int64, idx eviction.Index[uint64]) (eviction.Policy[uint64], error) {
+			return eviction.NewFIFOWithIndex(idx)
+		}},
+		{"S3FIFO", func(c int64, idx eviction.Index[uint64]) (eviction.Policy[uint64], error) {
+			return eviction.NewS3FIFOWithIndex(eviction.S3FIFOConfig{Capacity: c}, idx)
 		}},
 	}
 	prepared := replay.Prepare(reqs)
 	runners := []struct {
-		name string
-		run  func(eviction.Policy[uint64], replay.Config) (replay.Result, error)
+		name  string
+		run   func(eviction.Policy[uint64], replay.Config) (replay.Result, error)
+		index func() eviction.Index[uint64] // the policy's index; nil: the map
 	}{
 		{"Requests", func(p eviction.Policy[uint64], cfg replay.Config) (replay.Result, error) {
 			return replay.RunRequests(p, reqs, cfg)
-		}},
-		{"Prepared", prepared.Run},
+		}, nil},
+		{"Prepared", prepared.Run, nil},
+		{"PreparedDense", prepared.Run, prepared.NewIndex},
 	}
 	for _, r := range runners {
 		for _, p := range policies {
@@ -81,7 +86,15 @@ func BenchmarkReplay(b *testing.B) {
 					var loop time.Duration
 					var missRatio float64
 					for b.Loop() {
-						res, err := r.run(p.new(capacity), replay.Config{Capacity: capacity})
+						var idx eviction.Index[uint64]
+						if r.index != nil {
+							idx = r.index()
+						}
+						policy, err := p.new(capacity, idx)
+						if err != nil {
+							b.Fatal(err)
+						}
+						res, err := r.run(policy, replay.Config{Capacity: capacity})
 						if err != nil {
 							b.Fatal(err)
 						}

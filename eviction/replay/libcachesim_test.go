@@ -56,28 +56,33 @@ var (
 	}
 )
 
-func newMatchPolicy(t testing.TB, name string, capacity int64) eviction.Policy[uint64] {
+// newMatchPolicy builds the named policy for a cache of capacity bytes,
+// its keys indexed by idx (nil: the map).
+func newMatchPolicy(t testing.TB, name string, capacity int64, idx eviction.Index[uint64]) eviction.Policy[uint64] {
 	t.Helper()
+	var p eviction.Policy[uint64]
+	var err error
 	switch name {
 	case "LRU":
-		return eviction.NewLRU[uint64]()
+		p, err = eviction.NewLRUWithIndex(idx)
 	case "FIFO":
-		return eviction.NewFIFO[uint64]()
+		p, err = eviction.NewFIFOWithIndex(idx)
 	case "S3FIFO", "S3FIFOv0":
-		p, err := eviction.NewS3FIFO[uint64](eviction.S3FIFOConfig{Capacity: capacity, Original: name == "S3FIFOv0"})
-		require.NoError(t, err)
-		return p
+		p, err = eviction.NewS3FIFOWithIndex(eviction.S3FIFOConfig{Capacity: capacity, Original: name == "S3FIFOv0"}, idx)
+	default:
+		t.Fatalf("unknown policy %s", name)
 	}
-	t.Fatalf("unknown policy %s", name)
-	return nil
+	require.NoError(t, err)
+	return p
 }
 
 // TestMatchesLibCacheSim is the must-match test: LRU, FIFO and S3-FIFO give
 // exactly libCacheSim's miss counts (and missed bytes) on cloudPhysicsIO,
 // and so does the original S3-FIFO (S3FIFOConfig.Original).
 //
-// Each case runs twice: RunRequests (the policy sees the trace's ids) and
-// Prepared.Run (it sees dense ids), which must agree.
+// Each case runs three times: RunRequests (the policy sees the trace's ids),
+// Prepared.Run (it sees dense ids) and Prepared.Run with the policy's keys
+// in Prepared.NewIndex's dense index; all must agree.
 func TestMatchesLibCacheSim(t *testing.T) {
 	reqs := loadCloudPhysics(t)
 	prepared := replay.Prepare(reqs)
@@ -85,17 +90,22 @@ func TestMatchesLibCacheSim(t *testing.T) {
 		for i, size := range libCacheSimSizes {
 			t.Run(fmt.Sprintf("%s/%dMiB", name, size/mib), func(t *testing.T) {
 				cfg := replay.Config{Capacity: size}
-				res, err := replay.RunRequests(newMatchPolicy(t, name, size), reqs, cfg)
+				res, err := replay.RunRequests(newMatchPolicy(t, name, size, nil), reqs, cfg)
 				require.NoError(t, err)
 				require.Equal(t, int64(113872), res.Requests)
 				require.Equal(t, int64(4368040448), res.RequestBytes)
 				require.Equal(t, libCacheSimMisses[name][i], res.Misses, "misses")
 				require.Equal(t, libCacheSimMissBytes[name][i], res.MissBytes, "missed bytes")
 
-				dense, err := prepared.Run(newMatchPolicy(t, name, size), cfg)
+				dense, err := prepared.Run(newMatchPolicy(t, name, size, nil), cfg)
 				require.NoError(t, err)
 				dense.Elapsed = res.Elapsed
 				require.Equal(t, res, dense, "dense ids change nothing")
+
+				indexed, err := prepared.Run(newMatchPolicy(t, name, size, prepared.NewIndex()), cfg)
+				require.NoError(t, err)
+				indexed.Elapsed = res.Elapsed
+				require.Equal(t, res, indexed, "a dense index changes nothing")
 			})
 		}
 	}
@@ -108,7 +118,7 @@ func TestMatchesLibCacheSimStreaming(t *testing.T) {
 	for _, name := range []string{"LRU", "FIFO", "S3FIFO"} {
 		f, err := trace.OpenFile(cloudPhysicsPath, trace.OracleGeneral, trace.Options{})
 		require.NoError(t, err)
-		res, err := replay.Run(newMatchPolicy(t, name, 512*mib), f, replay.Config{Capacity: 512 * mib})
+		res, err := replay.Run(newMatchPolicy(t, name, 512*mib, nil), f, replay.Config{Capacity: 512 * mib})
 		require.NoError(t, f.Close())
 		require.NoError(t, err)
 		require.Equal(t, libCacheSimMisses[name][3], res.Misses, name)

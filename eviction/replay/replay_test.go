@@ -217,8 +217,8 @@ func (r *refLRUCache) get(q trace.Request) bool {
 
 // TestReplayMatchesReferenceLRU replays random traces with every path (hits
 // with other sizes, objects too large, zero sizes) through LRU with Run,
-// RunRequests and Prepared.Run, and checks the misses and missed bytes
-// against the plain reference.
+// RunRequests and Prepared.Run (with the map and with Prepared.NewIndex),
+// and checks the misses and missed bytes against the plain reference.
 func TestReplayMatchesReferenceLRU(t *testing.T) {
 	for seed := range uint64(10) {
 		rng := rand.New(rand.NewPCG(seed, 1))
@@ -247,16 +247,21 @@ func TestReplayMatchesReferenceLRU(t *testing.T) {
 		require.NoError(t, err)
 		got2, err := replay.RunRequests(eviction.NewLRU[uint64](), tr, cfg)
 		require.NoError(t, err)
-		got3, err := replay.Prepare(tr).Run(eviction.NewLRU[uint64](), cfg)
+		prepared := replay.Prepare(tr)
+		got3, err := prepared.Run(eviction.NewLRU[uint64](), cfg)
 		require.NoError(t, err)
-		for i, got := range []replay.Result{got1, got2, got3} {
+		dense, err := eviction.NewLRUWithIndex(prepared.NewIndex())
+		require.NoError(t, err)
+		got4, err := prepared.Run(dense, cfg)
+		require.NoError(t, err)
+		for i, got := range []replay.Result{got1, got2, got3, got4} {
 			require.Equal(t, want.Requests, got.Requests, "seed %d run %d", seed, i)
 			require.Equal(t, want.Misses, got.Misses, "seed %d run %d", seed, i)
 			require.Equal(t, want.MissBytes, got.MissBytes, "seed %d run %d", seed, i)
 			require.Equal(t, want.RequestBytes, got.RequestBytes, "seed %d run %d", seed, i)
 			require.Equal(t, want.SkippedZeroSize, got.SkippedZeroSize, "seed %d run %d", seed, i)
 			got.Elapsed = got1.Elapsed
-			require.Equal(t, got1, got, "seed %d run %d: all three runners agree", seed, i)
+			require.Equal(t, got1, got, "seed %d run %d: all runners agree", seed, i)
 		}
 	}
 }
@@ -279,3 +284,77 @@ func (s *sliceOnlyReader) Next(q *trace.Request) error {
 
 // errEOF is a wrapped io.EOF: Run must treat it as the end of the trace.
 var errEOF = fmt.Errorf("end of slice: %w", io.EOF)
+
+// TestPreparedNewIndex checks that policies built with Prepared.NewIndex
+// give the Result of the same policies with their map, for every policy
+// that takes an index (PrioritizedLRU reading a clock that follows the
+// trace), and that each call returns an index of its own.
+func TestPreparedNewIndex(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	zipf := rand.NewZipf(rng, 1.1, 2, 2000)
+	tr := make([]trace.Request, 20000)
+	for i := range tr {
+		tr[i] = trace.Request{Time: int64(i), ID: zipf.Uint64()*104729 + 5, Size: 1 + rng.Int64N(64), NextAccess: -1}
+	}
+	prepared := replay.Prepare(tr)
+	build := map[string]func(idx eviction.Index[uint64], clock eviction.Clock) (eviction.Policy[uint64], error){
+		"LRU": func(idx eviction.Index[uint64], _ eviction.Clock) (eviction.Policy[uint64], error) {
+			return eviction.NewLRUWithIndex(idx)
+		},
+		"FIFO": func(idx eviction.Index[uint64], _ eviction.Clock) (eviction.Policy[uint64], error) {
+			return eviction.NewFIFOWithIndex(idx)
+		},
+		"PrioritizedLRU": func(idx eviction.Index[uint64], c eviction.Clock) (eviction.Policy[uint64], error) {
+			return eviction.NewPrioritizedLRUWithIndex(c, idx)
+		},
+		"S3FIFO": func(idx eviction.Index[uint64], _ eviction.Clock) (eviction.Policy[uint64], error) {
+			return eviction.NewS3FIFOWithIndex(eviction.S3FIFOConfig{Capacity: 3000}, idx)
+		},
+	}
+	for name, b := range build {
+		var results [2]replay.Result
+		for j, idx := range []eviction.Index[uint64]{nil, prepared.NewIndex()} {
+			clock := new(eviction.ManualClock)
+			p, err := b(idx, clock)
+			require.NoError(t, err, name)
+			res, err := prepared.Run(p, replay.Config{Capacity: 3000, Clock: clock})
+			require.NoError(t, err, name)
+			res.Elapsed = 0
+			results[j] = res
+		}
+		require.Greater(t, results[0].Evictions, int64(1000), name)
+		require.Equal(t, results[0], results[1], "%s: map vs dense index", name)
+	}
+
+	// Two calls, two indexes: both can be given to a policy.
+	a, b := prepared.NewIndex(), prepared.NewIndex()
+	_, err := eviction.NewLRUWithIndex(a)
+	require.NoError(t, err)
+	_, err = eviction.NewLRUWithIndex(b)
+	require.NoError(t, err)
+	_, err = eviction.NewLRUWithIndex(a)
+	require.ErrorIs(t, err, eviction.ErrInvalidConfig, "an index belongs to one policy")
+}
+
+// TestPreparedNewIndexTooSmall replays a trace through a policy whose dense
+// index came from a trace with fewer objects: the replay fails with
+// ErrPolicy wrapping ErrKeyOutOfRange, naming the trace's id.
+func TestPreparedNewIndexTooSmall(t *testing.T) {
+	small := replay.Prepare(reqs("10:1 11:1"))
+	large := replay.Prepare(reqs("20:1 21:1 22:1"))
+	p, err := eviction.NewLRUWithIndex(small.NewIndex())
+	require.NoError(t, err)
+	res, err := large.Run(p, replay.Config{Capacity: 10})
+	require.ErrorIs(t, err, replay.ErrPolicy)
+	require.ErrorIs(t, err, eviction.ErrKeyOutOfRange)
+	require.Contains(t, err.Error(), "object 22")
+	require.Equal(t, int64(3), res.Requests)
+
+	empty := replay.Prepare(nil)
+	require.Zero(t, empty.Objects())
+	q, err := eviction.NewFIFOWithIndex(empty.NewIndex())
+	require.NoError(t, err)
+	res, err = empty.Run(q, replay.Config{Capacity: 1})
+	require.NoError(t, err)
+	require.Zero(t, res.Requests)
+}
