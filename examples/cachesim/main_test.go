@@ -83,7 +83,7 @@ func direct(t *testing.T, name string, reqs []trace.Request, cfg replay.Config) 
 	clock := new(eviction.ManualClock)
 	o, err := parseArgs([]string{"x", "txt", name, "1"}, &bytes.Buffer{})
 	require.NoError(t, err)
-	p, err := newPolicy(o, name, cfg.Capacity, clock)
+	p, err := newPolicy(o, name, cfg.Capacity, clock, nil)
 	require.NoError(t, err)
 	cfg.Clock = clock
 	res, err := replay.RunRequests(p, reqs, cfg)

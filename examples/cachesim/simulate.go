@@ -26,23 +26,24 @@ type job struct {
 }
 
 // newPolicy builds the named policy for a cache of capacity units, reading
-// clock.
-func newPolicy(o options, name string, capacity int64, clock eviction.Clock) (eviction.Policy[uint64], error) {
+// clock. The slab-backed policies index their keys with idx (a nil idx
+// means their Go map); retention has no such option and ignores it.
+func newPolicy(o options, name string, capacity int64, clock eviction.Clock, idx eviction.Index[uint64]) (eviction.Policy[uint64], error) {
 	switch name {
 	case "lru":
-		return eviction.NewLRU[uint64](), nil
+		return eviction.NewLRUWithIndex(idx)
 	case "fifo":
-		return eviction.NewFIFO[uint64](), nil
+		return eviction.NewFIFOWithIndex(idx)
 	case "s3fifo", "s3fifov0":
-		return eviction.NewS3FIFO[uint64](eviction.S3FIFOConfig{
+		return eviction.NewS3FIFOWithIndex(eviction.S3FIFOConfig{
 			Capacity:            capacity,
 			SmallRatio:          o.s3SmallRatio,
 			GhostRatio:          o.s3GhostRatio,
 			MoveToMainThreshold: o.s3Threshold,
 			Original:            name == "s3fifov0",
-		})
+		}, idx)
 	case "plru":
-		return eviction.NewPrioritizedLRU[uint64](clock), nil
+		return eviction.NewPrioritizedLRUWithIndex(clock, idx)
 	case "retention":
 		// One cost for every object: a block-I/O trace says nothing of
 		// context lengths or layers (see the package documentation).
@@ -64,7 +65,7 @@ func simulate(o options) ([]result, error) {
 	}
 	// Check every policy's parameters before reading the trace.
 	for _, j := range jobs {
-		if _, err := newPolicy(o, j.policy, j.size, new(eviction.ManualClock)); err != nil {
+		if _, err := newPolicy(o, j.policy, j.size, new(eviction.ManualClock), nil); err != nil {
 			return nil, fmt.Errorf("%s at size %d: %w", j.policy, j.size, err)
 		}
 	}
@@ -114,10 +115,16 @@ func simulate(o options) ([]result, error) {
 }
 
 // runJob replays the trace once, from memory when prepared is not nil,
-// else from the file.
+// else from the file. From memory, the policy sees the prepared trace's
+// dense ids and indexes them in a slice (Prepared.NewIndex) instead of a
+// map: the same choices, about twice the speed.
 func runJob(o options, j job, prepared *replay.Prepared) (result, error) {
 	clock := new(eviction.ManualClock)
-	p, err := newPolicy(o, j.policy, j.size, clock)
+	var idx eviction.Index[uint64]
+	if prepared != nil {
+		idx = prepared.NewIndex()
+	}
+	p, err := newPolicy(o, j.policy, j.size, clock, idx)
 	if err != nil {
 		return result{}, err
 	}
