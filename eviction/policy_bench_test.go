@@ -44,15 +44,42 @@ type benchPolicy struct {
 	pins bool
 }
 
+// The policies with a key index come twice: with their default Go map
+// ("LRU") and with a DenseIndex over the stream's universe of 2N keys
+// ("LRU-dense"). "LRU-map-via-Index" is the LRU with a Go map behind the
+// Index interface, called as the dense index is: it measures what the
+// interface call costs, which the default map path does not pay.
 func benchPolicies() []benchPolicy {
+	dense := func(n int) eviction.Index[int] {
+		idx, err := eviction.NewDenseIndex(2*n - 1)
+		if err != nil {
+			panic(err) // n is one of the benchmark's sizes
+		}
+		return idx
+	}
 	return []benchPolicy{
 		{"LRU", func(eviction.Clock, int) (eviction.Policy[int], error) { return eviction.NewLRU[int](), nil }, true},
+		{"LRU-dense", func(_ eviction.Clock, n int) (eviction.Policy[int], error) {
+			return eviction.NewLRUWithIndex(dense(n))
+		}, true},
+		{"LRU-map-via-Index", func(eviction.Clock, int) (eviction.Policy[int], error) {
+			return eviction.NewLRUWithIndex(eviction.NewInterfaceMapIndex[int]())
+		}, true},
 		{"FIFO", func(eviction.Clock, int) (eviction.Policy[int], error) { return eviction.NewFIFO[int](), nil }, true},
+		{"FIFO-dense", func(_ eviction.Clock, n int) (eviction.Policy[int], error) {
+			return eviction.NewFIFOWithIndex(dense(n))
+		}, true},
 		{"PrioritizedLRU", func(c eviction.Clock, _ int) (eviction.Policy[int], error) {
 			return eviction.NewPrioritizedLRU[int](c), nil
 		}, true},
+		{"PrioritizedLRU-dense", func(c eviction.Clock, n int) (eviction.Policy[int], error) {
+			return eviction.NewPrioritizedLRUWithIndex(c, dense(n))
+		}, true},
 		{"S3FIFO", func(_ eviction.Clock, n int) (eviction.Policy[int], error) {
 			return eviction.NewS3FIFO[int](eviction.S3FIFOConfig{Capacity: int64(n)})
+		}, true},
+		{"S3FIFO-dense", func(_ eviction.Clock, n int) (eviction.Policy[int], error) {
+			return eviction.NewS3FIFOWithIndex(eviction.S3FIFOConfig{Capacity: int64(n)}, dense(n))
 		}, true},
 		{"Retention", func(c eviction.Clock, _ int) (eviction.Policy[int], error) {
 			return eviction.NewRetention[int](c, costmodel.Recompute{Alpha: 2e-7, Beta: 3e-4, NonAttention: 1e-3})
