@@ -77,7 +77,7 @@ func (t *Prepared) NewIndex() eviction.Index[uint64] {
 // gives the same Result; the package tests check this for LRU, FIFO and
 // S3-FIFO. Errors are those of [Run], naming trace ids.
 func (t *Prepared) Run(p eviction.Policy[uint64], cfg Config) (Result, error) {
-	c, err := newCache(p, cfg, denseIndex{make([]int64, len(t.ids))}, t.ids)
+	c, err := newCache(p, cfg, objectIndex{dense: make([]int64, len(t.ids))}, t.ids)
 	if err != nil {
 		return Result{}, err
 	}

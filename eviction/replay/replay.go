@@ -35,7 +35,7 @@ func Run(p eviction.Policy[uint64], r trace.Reader, cfg Config) (Result, error) 
 	if s, ok := r.(*trace.SliceReader); ok {
 		return RunRequests(p, s.Rest(), cfg)
 	}
-	c, err := newCache(p, cfg, mapIndex{make(map[uint64]int64)}, nil)
+	c, err := newCache(p, cfg, objectIndex{byID: make(map[uint64]int64)}, nil)
 	if err != nil {
 		return Result{}, err
 	}
@@ -61,7 +61,7 @@ func Run(p eviction.Policy[uint64], r trace.Reader, cfg Config) (Result, error) 
 
 // RunRequests is [Run] over requests held in memory.
 func RunRequests(p eviction.Policy[uint64], reqs []trace.Request, cfg Config) (Result, error) {
-	c, err := newCache(p, cfg, mapIndex{make(map[uint64]int64)}, nil)
+	c, err := newCache(p, cfg, objectIndex{byID: make(map[uint64]int64)}, nil)
 	if err != nil {
 		return Result{}, err
 	}
@@ -69,7 +69,7 @@ func RunRequests(p eviction.Policy[uint64], reqs []trace.Request, cfg Config) (R
 }
 
 // run replays reqs, timing the loop.
-func (c *cache[I]) run(reqs []trace.Request) (Result, error) {
+func (c *cache) run(reqs []trace.Request) (Result, error) {
 	start := time.Now()
 	for i := range reqs {
 		if err := c.request(&reqs[i]); err != nil {
@@ -81,46 +81,52 @@ func (c *cache[I]) run(reqs []trace.Request) (Result, error) {
 	return c.res, nil
 }
 
-// index is the replay's record of which objects are cached and with which
-// size. Sizes are at least 1, so 0 never stands for a cached object.
-type index interface {
-	size(id uint64) (int64, bool)
-	set(id uint64, size int64)
-	drop(id uint64)
+// objectIndex is the replay's record of which objects are cached and with
+// which size: by trace id in a map, or, for a Prepared trace, by dense id
+// in a slice. Sizes are at least 1, so 0 never stands for a cached object.
+// It is one type with a branch rather than a type parameter of cache with
+// two implementations: Go compiles a generic type once per GC shape and
+// calls its type parameter's methods through a dictionary, so they would
+// not be inlined into the replay loop.
+type objectIndex struct {
+	dense []int64          // by dense id; nil when indexing trace ids
+	byID  map[uint64]int64 // by trace id; nil when indexing dense ids
 }
 
-// mapIndex indexes objects by their trace ids.
-type mapIndex struct{ m map[uint64]int64 }
-
-func (x mapIndex) size(id uint64) (int64, bool) {
-	s, ok := x.m[id]
+func (x *objectIndex) size(id uint64) (int64, bool) {
+	if x.byID == nil {
+		if id >= uint64(len(x.dense)) {
+			return 0, false
+		}
+		s := x.dense[id]
+		return s, s != 0
+	}
+	s, ok := x.byID[id]
 	return s, ok
 }
-func (x mapIndex) set(id uint64, size int64) { x.m[id] = size }
-func (x mapIndex) drop(id uint64)            { delete(x.m, id) }
 
-// denseIndex indexes objects by dense ids (see Prepared): a slice lookup
-// instead of a hash.
-type denseIndex struct{ s []int64 }
-
-func (x denseIndex) size(id uint64) (int64, bool) {
-	if id >= uint64(len(x.s)) {
-		return 0, false
+func (x *objectIndex) set(id uint64, size int64) {
+	if x.byID == nil {
+		x.dense[id] = size
+		return
 	}
-	s := x.s[id]
-	return s, s != 0
+	x.byID[id] = size
 }
-func (x denseIndex) set(id uint64, size int64) { x.s[id] = size }
-func (x denseIndex) drop(id uint64)            { x.s[id] = 0 }
 
-// cache is the state of one replay. The index is a type parameter (a
-// struct, so each kind gets its own compiled loop with the index calls
-// inlined).
-type cache[I index] struct {
+func (x *objectIndex) drop(id uint64) {
+	if x.byID == nil {
+		x.dense[id] = 0
+		return
+	}
+	delete(x.byID, id)
+}
+
+// cache is the state of one replay.
+type cache struct {
 	p        eviction.Policy[uint64]
 	admitter Admitter
 	cfg      Config
-	cached   I
+	cached   objectIndex
 	objects  int   // objects cached
 	occupied int64 // sum of their sizes
 	res      Result
@@ -128,7 +134,7 @@ type cache[I index] struct {
 	ids      []uint64 // dense id -> trace id, for error messages; nil for trace ids
 }
 
-func newCache[I index](p eviction.Policy[uint64], cfg Config, idx I, ids []uint64) (*cache[I], error) {
+func newCache(p eviction.Policy[uint64], cfg Config, idx objectIndex, ids []uint64) (*cache, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -136,7 +142,7 @@ func newCache[I index](p eviction.Policy[uint64], cfg Config, idx I, ids []uint6
 	if p == nil {
 		return nil, fmt.Errorf("%w: nil policy", ErrInvalidConfig)
 	}
-	c := &cache[I]{p: p, cfg: cfg, cached: idx, ids: ids, maxTime: int64(^uint64(0) >> 1)}
+	c := &cache{p: p, cfg: cfg, cached: idx, ids: ids, maxTime: int64(^uint64(0) >> 1)}
 	c.admitter, _ = p.(Admitter)
 	if cfg.TimeUnit > 0 {
 		c.maxTime /= int64(cfg.TimeUnit)
@@ -146,7 +152,7 @@ func newCache[I index](p eviction.Policy[uint64], cfg Config, idx I, ids []uint6
 
 // request replays one request. It is the inner loop: it allocates nothing
 // once the index and the policy have grown to the working set.
-func (c *cache[I]) request(q *trace.Request) error {
+func (c *cache) request(q *trace.Request) error {
 	size := q.Size
 	switch {
 	case size < 0:
@@ -196,7 +202,7 @@ func (c *cache[I]) request(q *trace.Request) error {
 	return nil
 }
 
-func (c *cache[I]) evictOne() error {
+func (c *cache) evictOne() error {
 	k, ok := c.p.Evict()
 	if !ok {
 		return fmt.Errorf("%w: Evict found no victim with %d objects (%d units) cached", ErrPolicy, c.objects, c.occupied)
@@ -213,7 +219,7 @@ func (c *cache[I]) evictOne() error {
 }
 
 // tick moves the clock to the time of the request about to be counted.
-func (c *cache[I]) tick(q *trace.Request) {
+func (c *cache) tick(q *trace.Request) {
 	if c.cfg.Time == VirtualTime {
 		c.cfg.Clock.Advance(c.cfg.Tick)
 		return
@@ -223,7 +229,7 @@ func (c *cache[I]) tick(q *trace.Request) {
 }
 
 // traceID translates a key the policy saw back to the trace's id.
-func (c *cache[I]) traceID(k uint64) uint64 {
+func (c *cache) traceID(k uint64) uint64 {
 	if c.ids != nil && k < uint64(len(c.ids)) {
 		return c.ids[k]
 	}
