@@ -79,7 +79,7 @@ func (c *Cache) acquireSparse(s *sequence, tokens []uint32, nodes []*radix.Node[
 	s.blocks = make([]int32, k)
 	for i, n := range nodes[:k] {
 		s.blocks[i] = n.Value
-		c.blocks[n.Value].refs++
+		c.addRef(n.Value, true)
 	}
 	s.writeFrom = len(s.tokens)
 	s.pinLo = c.wantLo(nil, s)
@@ -97,12 +97,12 @@ func (c *Cache) acquireDense(s *sequence, tokens []uint32, nodes []*radix.Node[i
 		blocks = append(blocks, n.Value)
 		// Referenced before the transaction so that no collection during
 		// it can forget a matched block.
-		c.blocks[n.Value].refs++
+		c.addRef(n.Value, false)
 	}
 	for i := matched; i < nb; i++ {
 		prio, dur := c.priority(s, i)
 		b := c.allocBlock(i, s.chunks(nb), prio, dur)
-		c.blocks[b].refs = 1
+		c.addRef(b, false)
 		blocks = append(blocks, b)
 	}
 	s.writeFrom = 0
@@ -112,7 +112,7 @@ func (c *Cache) acquireDense(s *sequence, tokens []uint32, nodes []*radix.Node[i
 	if err := c.runTxn(); err != nil {
 		for i, b := range blocks {
 			if i < matched {
-				c.unref(b)
+				c.unref(b, false)
 			} else {
 				c.blocks[b].refs = 0
 				c.freeBlock(b)

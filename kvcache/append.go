@@ -43,7 +43,7 @@ func (c *Cache) Append(id SeqID, tokens ...uint32) (Plan, error) {
 	for i := nb; i < nb2; i++ {
 		prio, dur := c.priority(s, i)
 		b := c.allocBlock(i, s.chunks(nb2), prio, dur)
-		c.blocks[b].refs = 1
+		c.addRef(b, s.sparse)
 		newBlocks = append(newBlocks, b)
 	}
 	c.scratch.blocks = newBlocks

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/kvtier/kvtier/costmodel"
 	"github.com/kvtier/kvtier/eviction"
@@ -624,5 +625,88 @@ func TestTruncateDoesNotOffloadTheDiscardedBlock(t *testing.T) {
 	st := c.Stats()
 	require.Zero(t, st.Offloads)
 	require.Zero(t, st.CPU.Capacity-st.CPU.Free)
+	require.NoError(t, c.checkInvariants())
+}
+
+// TestVictimOfPartlyDroppedBlockIsDropped: once a unit of a cached block
+// has no bytes, the next dense Acquire recomputes the block whole and frees
+// its CPU copies, so the block's other units are dropped when evicted
+// instead of being offloaded (a copy no one would read), even though the
+// cost model would offload them on their own.
+func TestVictimOfPartlyDroppedBlockIsDropped(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil) // 2 units (layers) per block, 32 bytes each
+	// As in TestRecomputedBlockIsNotOnboarded: alone, layer 0's units
+	// would be offloaded (48 ns to recompute, 32 ns to copy back) and
+	// layer 1's dropped (24 ns). The retention policy, priced with the
+	// same weights, evicts the cheaper layer 1 first.
+	rc := costmodel.Recompute{Beta: 48e-9, PositionWeight: costmodel.Flat}
+	cm := &costmodel.Model{Recompute: rc, Link: costmodel.Link{BytesPerSecond: 1e9}}
+	clock := &eviction.ManualClock{}
+	var events []Event
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: 4}, CPU: Capacity{Units: 8}, CostModel: cm,
+		GPUPolicy: RetentionFactory(rc), Clock: clock, Events: func(e Event) { events = append(events, e) }})
+	require.NoError(t, err)
+	prompt := seqTokens(8, 0) // 2 blocks, 4 units: the whole GPU
+	p, err := c.Acquire(Request{Tokens: prompt})
+	require.NoError(t, err)
+	require.NoError(t, c.Release(p.Seq))
+	clock.Advance(time.Second)
+	events = events[:0]
+	q, err := c.Acquire(Request{Tokens: seqTokens(8, 100)})
+	require.NoError(t, err)
+	// Victims in order: both layer-1 units (dropped by the cost model),
+	// then both layer-0 units, whose blocks have lost a unit already.
+	var victims []int
+	for _, e := range events {
+		if e.Kind == UnitDropped {
+			victims = append(victims, e.Slice)
+		}
+	}
+	require.Equal(t, []int{1, 1, 0, 0}, victims)
+	require.Zero(t, q.OffloadedUnits)
+	require.Equal(t, 4, q.DroppedUnits)
+	require.Empty(t, q.Copies)
+	st := c.Stats()
+	require.Zero(t, st.Offloads)
+	require.Zero(t, st.CPU.Cached)
+	// Blocks with no bytes left are forgotten: the prompt is computed anew.
+	require.Equal(t, 2, st.Blocks)
+	require.NoError(t, c.checkInvariants())
+}
+
+// TestSparseSequenceKeepsOffloadingPartlyDroppedBlocks: a block that a live
+// sparse sequence holds is the exception to the rule above, because
+// SparseAccess restores dropped units one at a time and onboards the
+// others: the CPU copy of a unit whose block lost another unit is read.
+func TestSparseSequenceKeepsOffloadingPartlyDroppedBlocks(t *testing.T) {
+	l := tinyLayout(t, layout.BSA, nil) // 4 units per block: (layer, KV head), 16 bytes each
+	// Layer 0's units cost 24 ns to recompute, 16 ns to copy back:
+	// offloaded; layer 1's cost 12 ns: dropped, and evicted first.
+	rc := costmodel.Recompute{Beta: 24e-9, PositionWeight: costmodel.Flat}
+	cm := &costmodel.Model{Recompute: rc, Link: costmodel.Link{BytesPerSecond: 1e9}}
+	clock := &eviction.ManualClock{}
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: 12}, CPU: Capacity{Units: 16}, CostModel: cm,
+		GPUPolicy: RetentionFactory(rc), Clock: clock})
+	require.NoError(t, err)
+	prompt := seqTokens(16, 0) // 4 blocks
+	p, err := c.Acquire(Request{Tokens: prompt, Sparse: true})
+	require.NoError(t, err)
+	require.Equal(t, 16, p.Pending)
+	// Each Append pins only its block and unpins the previous one. Block 0
+	// is released 10 s before block 1, block 1 1 s before block 2, so
+	// block 0's units leave first, layer 1 before layer 0.
+	var last Plan
+	for i, pause := range []time.Duration{0, 10 * time.Second, time.Second, time.Second} {
+		clock.Advance(pause)
+		last, err = c.Append(p.Seq, prompt[4*i:4*i+4]...)
+		require.NoError(t, err)
+	}
+	require.Equal(t, 2, last.DroppedUnits)
+	require.Equal(t, 2, last.OffloadedUnits)
+	var res SparseResult
+	// Layer 0 of block 0: both KV heads' units come back from the CPU.
+	require.NoError(t, c.SparseAccess(p.Seq, 0, [][]int64{{0}, {0}, {0}, {0}}, &res))
+	require.Equal(t, 2, res.Onboarded)
+	require.Zero(t, res.Recompute)
 	require.NoError(t, c.checkInvariants())
 }

@@ -16,10 +16,17 @@ import (
 // in the flat tables of Cache (uTier, uSlot, uPins), indexed by UnitID.
 type blockRec struct {
 	node *radix.Node[int32]
-	// refs counts the sequences whose block list holds this block.
-	refs int32
+	// refs counts the sequences whose block list holds this block, of
+	// which sparseRefs are sparse: a sparse sequence brings single units
+	// back (SparseAccess), so a CPU copy of one of the block's units stays
+	// useful while another unit has no bytes (see shouldOffload).
+	refs, sparseRefs int32
 	// held counts units on the GPU or the CPU (with bytes).
 	held int32
+	// txDrops counts the block's units the running transaction has chosen
+	// to drop (GPU victims not offloaded, CPU victims); 0 between
+	// transactions.
+	txDrops int32
 	// index is the block's position in its sequence (its chunk).
 	index int32
 	// chunks is the length in blocks of the sequence that made the block
@@ -50,6 +57,15 @@ func (c *Cache) allocBlock(index, chunks int, prio int, dur time.Duration) int32
 	c.blocks[b] = blockRec{index: int32(index), chunks: int32(max(chunks, index+1)),
 		prio: int8(prio), prioDur: dur, live: true}
 	return b
+}
+
+// addRef adds a reference to block b from a sequence (sparse or not).
+func (c *Cache) addRef(b int32, sparse bool) {
+	r := &c.blocks[b]
+	r.refs++
+	if sparse {
+		r.sparseRefs++
+	}
 }
 
 // freeBlock forgets block b. Its units must hold no bytes and no pins.

@@ -11,6 +11,7 @@ func (c *Cache) checkInvariants() error {
 	// Pins each unit should have: from sequences' ranges and step pins.
 	want := make(map[UnitID]int32)
 	refs := make(map[int32]int32)
+	sparseRefs := make(map[int32]int32)
 	for id, s := range c.seqs {
 		if len(s.blocks) != c.numBlocks(len(s.tokens)) {
 			return fmt.Errorf("seq %d: %d blocks for %d tokens", id, len(s.blocks), len(s.tokens))
@@ -20,6 +21,9 @@ func (c *Cache) checkInvariants() error {
 		}
 		for i, b := range s.blocks {
 			refs[b]++
+			if s.sparse {
+				sparseRefs[b]++
+			}
 			r := &c.blocks[b]
 			if !r.live {
 				return fmt.Errorf("seq %d block %d: record %d not live", id, i, b)
@@ -66,6 +70,12 @@ func (c *Cache) checkInvariants() error {
 		live++
 		if refs[int32(b)] != r.refs {
 			return fmt.Errorf("block %d: refs %d, sequences hold it %d times", b, r.refs, refs[int32(b)])
+		}
+		if sparseRefs[int32(b)] != r.sparseRefs {
+			return fmt.Errorf("block %d: sparse refs %d, sparse sequences hold it %d times", b, r.sparseRefs, sparseRefs[int32(b)])
+		}
+		if r.txDrops != 0 {
+			return fmt.Errorf("block %d: %d drops left over from a transaction", b, r.txDrops)
 		}
 		if r.node == nil && r.refs != 1 {
 			return fmt.Errorf("private block %d has %d refs", b, r.refs)

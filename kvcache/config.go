@@ -131,8 +131,30 @@ type Config struct {
 	// so dropping one unit of a block whose other units hold bytes costs
 	// the block's recompute, while offloading it costs only its own copy
 	// back. That is the marginal choice for the first unit of a block to
-	// leave; for later ones it overprices dropping (the block is lost
-	// already), which errs towards keeping bytes.
+	// leave.
+	//
+	// For the later ones dropping costs nothing more, so they are dropped
+	// without asking the cost model (with or without one): a GPU victim
+	// whose block already lacks a unit's bytes (dropped before, or by the
+	// same operation) is never offloaded. Whatever uses such a block next
+	// recomputes it and frees its CPU copies instead of reading them: a
+	// dense Acquire (or a Truncate that pins it again) recomputes it
+	// whole, and a sparse Acquire takes the cached prefix only up to it,
+	// so the Append that writes it again adopts the cached block and
+	// frees its CPU copies. This holds for sliding-window layers too: a
+	// dense Acquire pins every unit of every prompt block, so a dropped
+	// unit of a windowed layer forces the block's recompute like any
+	// other. The exception is a block that a live sparse sequence holds:
+	// SparseAccess gives each dropped unit it touches a fresh slot and
+	// onboards the touched units that are on the CPU, even of the same
+	// layer and block, so there a CPU copy is read whatever the block's
+	// other units hold, and the cost model decides as for a first unit.
+	// (Under SparseAccess the recompute of a layer's block is counted
+	// once, but the cache does not know which of its heads a later step
+	// will select, so a per-layer rule could drop a copy a step reads.)
+	// The rule is applied when the victim is picked: a unit offloaded
+	// before its block loses another one keeps its CPU copy until the
+	// CPU policy evicts it or the block is recomputed.
 	CostModel *costmodel.Model
 	// Clock is handed to policy factories. Nil means a new
 	// eviction.SystemClock.

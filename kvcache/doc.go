@@ -42,7 +42,13 @@
 // back and frees the CPU slot. When a GPU arena needs a slot its policy
 // picks an evictable (unpinned) victim: it is offloaded when the CPU arena
 // has or can make room and the cost model says copying it back is cheaper
-// than recomputing it, and dropped otherwise. CPU victims are dropped.
+// than recomputing it, and dropped otherwise. A victim whose block already
+// lacks a unit's bytes is dropped whatever the cost model says: the block
+// will be recomputed whole before anything reads that copy (a dense
+// Acquire recomputes it, a sparse one stops before it), sliding-window
+// layers included. Only blocks held by a live sparse sequence are exempt,
+// since SparseAccess restores units one at a time and onboards the rest
+// (see Config.CostModel). CPU victims are dropped.
 //
 // Eviction respects the prefix tree only through order, as in vLLM and
 // TensorRT-LLM: Release unpins a sequence's blocks from its last to its

@@ -69,11 +69,15 @@ func (c *Cache) freeUnit(u UnitID) {
 	c.blocks[c.blockOf(u)].held--
 }
 
-// unref removes one sequence reference from block b and collects it when
-// it was the last and the block is private or holds nothing.
-func (c *Cache) unref(b int32) {
+// unref removes one reference to block b from a sequence (sparse or not)
+// and collects the block when it was the last and the block is private or
+// holds nothing.
+func (c *Cache) unref(b int32, sparse bool) {
 	r := &c.blocks[b]
 	r.refs--
+	if sparse {
+		r.sparseRefs--
+	}
 	if r.refs > 0 {
 		return
 	}

@@ -60,7 +60,7 @@ func (c *Cache) mergeBlock(s *sequence, i int, n *radix.Node[int32]) {
 			s.stepPins[j] = c.unit(e, c.sliceOf(u))
 		}
 	}
-	c.blocks[e].refs++
+	c.addRef(e, s.sparse)
 	c.freeBlock(b)
 	s.blocks[i] = e
 }

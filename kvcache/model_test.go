@@ -644,11 +644,58 @@ func (h *harness) expectUnchanged(before snapshot, err error, sentinels ...error
 	require.Equal(h.t, before.events, after.events, "step %d: events of a failed op", h.steps)
 }
 
+// partlyDropped returns the hashes of the tree's blocks that lack a unit's
+// bytes and that no live sparse sequence holds: whatever uses such a block
+// next recomputes it, so none of its units may be offloaded (a copy no one
+// reads).
+func (h *harness) partlyDropped() map[uint64]bool {
+	c := h.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sparse := map[int32]bool{}
+	for _, s := range c.seqs {
+		if s.sparse {
+			for _, b := range s.blocks {
+				sparse[b] = true
+			}
+		}
+	}
+	out := map[uint64]bool{}
+	for n := range c.tree.All() {
+		if sparse[n.Value] {
+			continue
+		}
+		for sl := range c.numSlices {
+			if c.uTier[c.unit(n.Value, sl)] == Dropped {
+				out[n.Hash()] = true
+				break
+			}
+		}
+	}
+	return out
+}
+
+// checkNoWastedOffload verifies, after a successful operation, that no unit
+// of a block that lacked a unit's bytes before it (partly, from
+// partlyDropped) was offloaded by it: such a victim must be dropped.
+func (h *harness) checkNoWastedOffload(partly map[uint64]bool, fromEvent int) {
+	for _, e := range h.events[fromEvent:] {
+		if !partly[e.Hash] {
+			continue
+		}
+		require.NotEqual(h.t, UnitOffloaded, e.Kind, "step %d: unit %d of block %x offloaded although the block lacked a unit", h.steps, e.Slice, e.Hash)
+		if e.Kind == UnitDropped && e.From == GPU {
+			h.counts["victim of a partly dropped block dropped"]++
+		}
+	}
+}
+
 func (h *harness) step() {
 	h.steps++
 	h.clock.Advance(time.Duration(1+h.choose(3)) * 100 * time.Millisecond)
 	c := h.c
 	before := h.snapshot()
+	partly := h.partlyDropped()
 	pinnedBefore := h.pinnedSlots()
 	failing := h.choose(20) == 0
 	h.mover.armed = failing
@@ -861,6 +908,7 @@ func (h *harness) step() {
 	if failing && h.mover.failed == failedBefore {
 		h.mover.armed = false
 	}
+	h.checkNoWastedOffload(partly, before.events)
 	// A unit pinned before and after the operation did not move.
 	for k, v := range h.pinnedSlots() {
 		if w, ok := pinnedBefore[k]; ok {
@@ -946,6 +994,9 @@ func TestModelRandomized(t *testing.T) {
 			t.Logf("%v", total)
 			for _, k := range []string{"acquire", "append", "sparse", "release", "truncate", "fork", "bad input", "copy failed", "clear"} {
 				require.Positive(t, total[k], "operation %q never ran", k)
+			}
+			if mc.cpu != (Capacity{}) {
+				require.Positive(t, total["victim of a partly dropped block dropped"], "checkNoWastedOffload never met its case")
 			}
 		})
 	}

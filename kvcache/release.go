@@ -48,7 +48,7 @@ func (c *Cache) Release(id SeqID) error {
 	}
 	s.stepPins = s.stepPins[:0]
 	for i := len(s.blocks) - 1; i >= 0; i-- {
-		c.unref(s.blocks[i])
+		c.unref(s.blocks[i], s.sparse)
 	}
 	delete(c.seqs, id)
 	c.collectPending()

@@ -55,7 +55,7 @@ func (c *Cache) Truncate(id SeqID, n int) (Plan, error) {
 			} else {
 				prio, dur := c.priority(s, last)
 				cowDst = c.allocBlock(last, s.chunks(nb), prio, dur)
-				c.blocks[cowDst].refs = 1
+				c.addRef(cowDst, s.sparse)
 				cowSrc = b
 				newBlocks[last] = cowDst
 			}
@@ -99,10 +99,10 @@ func (c *Cache) Truncate(id SeqID, n int) (Plan, error) {
 		c.blocks[b].node = nil
 	}
 	for i := len(old) - 1; i >= nb; i-- {
-		c.unref(old[i])
+		c.unref(old[i], s.sparse)
 	}
 	if cowSrc >= 0 {
-		c.unref(cowSrc)
+		c.unref(cowSrc, s.sparse)
 	}
 	c.collectPending()
 	return plan, nil
@@ -140,13 +140,13 @@ func (c *Cache) Fork(id SeqID) (Plan, error) {
 	cowDst, cowSrc := int32(-1), int32(-1)
 	full := len(s.tokens) / B
 	for i := range full {
-		c.blocks[child.blocks[i]].refs++
+		c.addRef(child.blocks[i], child.sparse)
 	}
 	if full < nb {
 		prio, dur := c.priority(s, full)
 		cowSrc = child.blocks[full]
 		cowDst = c.allocBlock(full, s.chunks(nb), prio, dur)
-		c.blocks[cowDst].refs = 1
+		c.addRef(cowDst, child.sparse)
 		child.blocks[full] = cowDst
 	}
 	lo := c.wantLo(nil, child)
@@ -154,7 +154,11 @@ func (c *Cache) Fork(id SeqID) (Plan, error) {
 	c.queuePinDiff(nil, nil, 0, child.blocks, lo, nb, cowDst, cowSrc)
 	if err := c.runTxn(); err != nil {
 		for i := range full {
-			c.blocks[child.blocks[i]].refs--
+			r := &c.blocks[child.blocks[i]]
+			r.refs--
+			if child.sparse {
+				r.sparseRefs--
+			}
 		}
 		if cowDst >= 0 {
 			c.blocks[cowDst].refs = 0

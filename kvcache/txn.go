@@ -16,8 +16,9 @@ import (
 //  3. check that every GPU pool can supply the slots needed (free slots
 //     plus evictable units), else roll back and fail with ErrNoSpace;
 //  4. take the slots, evicting victims (offloaded to the CPU when the CPU
-//     arena has or can make room and the cost model agrees, dropped
-//     otherwise; CPU victims are dropped), and plan one batch of copies:
+//     arena has or can make room, the cost model agrees and their block
+//     has every other unit's bytes, dropped otherwise; CPU victims are
+//     dropped), and plan one batch of copies:
 //     each victim's offload before the copy that reuses its slot;
 //  5. hand the batch to the Mover; on error roll every step back;
 //  6. commit: units change tier, victims leave, events and stats.
@@ -269,6 +270,9 @@ func (c *Cache) takeGPU(p int) (int32, error) {
 			to = cs
 		}
 	}
+	if to < 0 {
+		c.blocks[c.blockOf(v)].txDrops++
+	}
 	t.gpuVictims = append(t.gpuVictims, victim{u: v, pool: int32(p), slot: s, to: to})
 	return s, nil
 }
@@ -293,6 +297,7 @@ func (c *Cache) takeCPU(p int) (int32, bool, error) {
 	}
 	s := c.uSlot[v]
 	t.log(undoSlot, CPU, p, s, v)
+	c.blocks[c.blockOf(v)].txDrops++
 	t.cpuVictims = append(t.cpuVictims, victim{u: v, pool: int32(p), slot: s, to: -1})
 	return s, true, nil
 }
@@ -322,10 +327,23 @@ func (c *Cache) shouldOffload(v UnitID, p int) bool {
 	if c.cpu[p].capacity() == 0 {
 		return false
 	}
-	if c.blocks[c.blockOf(v)].node == nil {
+	r := &c.blocks[c.blockOf(v)]
+	if r.node == nil {
 		// A private block (partial, never reusable) is pinned by its
 		// sequence except while the Truncate that cuts it off runs,
 		// which frees it once committed: a copy would be wasted.
+		return false
+	}
+	if r.held-r.txDrops < int32(c.numSlices) && r.sparseRefs == 0 {
+		// Another unit of the block has no bytes (or this transaction
+		// drops it): whatever uses the block next recomputes it and
+		// frees its CPU copies rather than reading them (a dense
+		// Acquire or Truncate, see recomputeBlock; a sparse Acquire
+		// stops before it and the Append that writes it again adopts
+		// the node, see mergeBlock), so a copy would never be read. A
+		// live sparse sequence is the exception: its SparseAccess
+		// restores units one by one and onboards the others (see
+		// Config.CostModel).
 		return false
 	}
 	if c.cost == nil {
@@ -373,12 +391,23 @@ func (c *Cache) undoOne(r undoRec) {
 	}
 }
 
+// clearTxDrops resets the txDrops of the victims' blocks.
+func (c *Cache) clearTxDrops() {
+	for _, v := range c.tx.gpuVictims {
+		c.blocks[c.blockOf(v.u)].txDrops = 0
+	}
+	for _, v := range c.tx.cpuVictims {
+		c.blocks[c.blockOf(v.u)].txDrops = 0
+	}
+}
+
 // rollback undoes the running transaction.
 func (c *Cache) rollback() {
 	t := &c.tx
 	for i := len(t.undo) - 1; i >= 0; i-- {
 		c.undoOne(t.undo[i])
 	}
+	c.clearTxDrops()
 	t.undo = t.undo[:0]
 	t.batch = t.batch[:0]
 	t.gpuVictims = t.gpuVictims[:0]
@@ -402,6 +431,7 @@ func (c *Cache) dropUnit(u UnitID) {
 // commit applies a successful transaction.
 func (c *Cache) commit() {
 	t := &c.tx
+	c.clearTxDrops()
 	for i := range t.gpuVictims {
 		v := &t.gpuVictims[i]
 		a := c.gpu[v.pool]
