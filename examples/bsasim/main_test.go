@@ -17,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvtier/kvtier/eviction"
+	"github.com/kvtier/kvtier/kvcache"
 	"github.com/kvtier/kvtier/layout"
 )
 
@@ -326,4 +328,47 @@ func TestSVG(t *testing.T) {
 func TestContextGiB(t *testing.T) {
 	cfg := config{context: 4096}
 	require.Equal(t, 3.5, contextGiB(&cfg), "the seed's 3.5 GiB of KV at 4096 tokens")
+}
+
+// entryRecorder is an LRU that records the Entry of every unit inserted.
+type entryRecorder struct {
+	eviction.Policy[kvcache.UnitID]
+	entries *[]eviction.Entry
+}
+
+func (r entryRecorder) Insert(k kvcache.UnitID, e eviction.Entry) error {
+	*r.entries = append(*r.entries, e)
+	return r.Policy.Insert(k, e)
+}
+
+// TestPrefillKnowsPromptLength: the sparse Acquire carries the prompt, so
+// every prompt block, although written by Append block by block, reaches
+// the policies with Chunks = the prompt's blocks (the retention policy's
+// position weight (chunk+1)/chunks then varies along the prompt), and
+// decode blocks with Chunks = Chunk+1.
+func TestPrefillKnowsPromptLength(t *testing.T) {
+	cfg, err := parseFlags([]string{"-sequences", "1", "-steps", "100", "-context", "2100"}, io.Discard)
+	require.NoError(t, err)
+	m := layout.SeedModel()
+	w, err := newWorkload(&cfg, m)
+	require.NoError(t, err)
+	lay, err := layoutFor("bsa", m, &cfg)
+	require.NoError(t, err)
+	var entries []eviction.Entry
+	pol := policy{name: "recorder", factory: func(kvcache.PoolInfo) (eviction.Policy[kvcache.UnitID], error) {
+		return entryRecorder{Policy: eviction.NewLRU[kvcache.UnitID](), entries: &entries}, nil
+	}}
+	_, err = simulate(job{layoutName: "bsa", lay: lay, pol: pol, sizeGiB: 1}, w, &cfg)
+	require.NoError(t, err)
+	promptBlocks := (cfg.prompt() + cfg.blockTokens - 1) / cfg.blockTokens // 2000 tokens: 4, the last partial
+	seen := map[int]bool{}
+	for _, e := range entries {
+		seen[e.Chunk] = true
+		if e.Chunk < promptBlocks {
+			require.Equal(t, promptBlocks, e.Chunks, "prompt block %d", e.Chunk)
+		} else {
+			require.Equal(t, e.Chunk+1, e.Chunks, "decode block %d", e.Chunk)
+		}
+	}
+	require.Len(t, seen, promptBlocks+1, "decoding to 2100 tokens opens block 4")
 }

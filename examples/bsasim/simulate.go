@@ -98,7 +98,12 @@ func simulate(j job, w *workload, cfg *config) (result, error) {
 	}
 	unitTokens := j.lay.TokensPerUnit()
 	heads := make([][]int64, w.heads)
-	tokens := make([]uint32, unitTokens)
+	// Token i of a sequence is i: the sequences never share a block
+	// anyway, each runs in its own cache.
+	prompt := make([]uint32, cfg.prompt())
+	for i := range prompt {
+		prompt[i] = uint32(i)
+	}
 	var res kvcache.SparseResult
 	rates := make([]float64, 0, cfg.sequences)
 	var bytesRead, bytesOnboard, bytesOffload int64
@@ -110,20 +115,21 @@ func simulate(j job, w *workload, cfg *config) (result, error) {
 		if err != nil {
 			return result{}, err
 		}
-		plan, err := c.Acquire(kvcache.Request{Sparse: true, Priorities: j.pol.priorities})
+		// The sparse Acquire tells the cache the prompt (so its blocks
+		// get position weights against the whole prompt) and takes
+		// nothing: the cache is empty, so Plan.Pending is every token.
+		plan, err := c.Acquire(kvcache.Request{Tokens: prompt, Sparse: true, Priorities: j.pol.priorities})
 		if err != nil {
 			return result{}, err
 		}
 		id := plan.Seq
-		// Prefill, one unit-sized block at a time as a server computes
-		// it: each Append pins only the block it writes.
-		for pos := 0; pos < cfg.prompt(); pos += unitTokens {
-			n := min(unitTokens, cfg.prompt()-pos)
-			for i := range n {
-				tokens[i] = uint32(pos + i)
-			}
+		// Prefill of the pending tokens, one unit-sized block at a time
+		// as a server computes it: each Append pins only the block it
+		// writes.
+		for pos := len(prompt) - plan.Pending; pos < len(prompt); pos += unitTokens {
+			end := min(pos+unitTokens, len(prompt))
 			clock.Advance(time.Microsecond)
-			if _, err := c.Append(id, tokens[:n]...); err != nil {
+			if _, err := c.Append(id, prompt[pos:end]...); err != nil {
 				return result{}, fmt.Errorf("prefill of sequence %d at token %d: %w", s, pos, err)
 			}
 		}
