@@ -196,7 +196,7 @@ func explain(rep *report, rows []result) []string {
 		pctOf(br.NewTokens, br.PromptTokens)))
 	bw := best(func(a, b result) bool { return a.WastedUnits > b.WastedUnits })
 	if bw.WastedUnits > 0 {
-		out = append(out, fmt.Sprintf("Partly dropped blocks: %s found %d units (%s) on the GPU or copied them from the CPU although their block was recomputed anyway, %.1f%% of its hit and onboarded units%s.",
+		out = append(out, fmt.Sprintf("Partly dropped blocks: %s found %d units (%s) on the GPU although their block was recomputed anyway, %.1f%% of its hit and onboarded units%s.",
 			bw.Policy, bw.WastedUnits, size(bw.WastedUnits*rep.unitBytes), pctOf(bw.WastedUnits, bw.WastedUnits+bw.HitTokens/int64(rep.cfg.BlockTokens)*int64(rep.unitsPerBlock)),
 			ifOther(bw, base, fmt.Sprintf("; %s: %d", base.Policy, base.WastedUnits))))
 	}

@@ -38,9 +38,10 @@ type result struct {
 	// NewTokens were never computed before: user messages, and a system
 	// prompt the first time any session uses it.
 	NewTokens int64 `json:"new_tokens"`
-	// WastedUnits counts units a turn found on the GPU or copied back from
-	// the CPU although their block was recomputed (another unit of the
-	// block had been dropped): bytes kept, or moved, for nothing.
+	// WastedUnits counts units a turn found on the GPU although their
+	// block was recomputed (another unit of the block had been dropped):
+	// bytes kept for nothing. (kvcache does not copy a CPU unit into a
+	// recomputed block, so none of them was moved.)
 	WastedUnits int64 `json:"wasted_units"`
 	// Offloads, Onboards and Drops count units (Stats); Drops is the sum of
 	// GPU drops (victims the cost model or a full CPU sent nowhere) and CPU
@@ -301,14 +302,21 @@ func (m *sim) start(e event) (bool, error) {
 	m.res.NewTokens += int64(fresh)
 	m.res.RecomputedTokens += int64(computed - fresh)
 	m.res.DroppedRecomputeTokens += int64(plan.RecomputeTokens)
-	// Reused tokens are whole blocks; every other unit the plan found on
-	// the GPU or copied from the CPU belongs to a block that is recomputed
-	// anyway (another of its units was dropped): kept, or copied, in vain.
+	// Reused tokens are whole blocks, each unit of which was a GPU hit or
+	// an onboard. kvcache copies nothing into a block it recomputes (its
+	// CPU units get fresh slots), so every other hit is a unit found on
+	// the GPU in a block that is recomputed anyway (another of its units
+	// was dropped): kept there in vain.
 	b, upb := m.cfg.BlockTokens, m.cache.Layout().UnitsPerBlock()
 	if plan.ReusedTokens%b != 0 {
 		return false, fmt.Errorf("session %d turn %d: %d reused tokens are not whole %d-token blocks", e.s, st.turn, plan.ReusedTokens, b)
 	}
-	m.res.WastedUnits += int64(plan.HitUnits + plan.OnboardedUnits - plan.ReusedTokens/b*upb)
+	reusedUnits := plan.ReusedTokens / b * upb
+	if plan.OnboardedUnits > reusedUnits || plan.HitUnits+plan.OnboardedUnits < reusedUnits {
+		return false, fmt.Errorf("session %d turn %d: %d hit and %d onboarded units do not cover the %d units of the reused blocks exactly once",
+			e.s, st.turn, plan.HitUnits, plan.OnboardedUnits, reusedUnits)
+	}
+	m.res.WastedUnits += int64(plan.HitUnits - (reusedUnits - plan.OnboardedUnits))
 
 	comp := m.costs.computeSeconds(plan.Compute)
 	onb, err := m.costs.onboardSeconds(m.costs.onboardBytes(plan.Copies))
