@@ -41,7 +41,7 @@ type Index[K comparable] interface {
 
 // keyIndex is a policy's index: its own Go map, or, when other is set, the
 // Index its constructor was given. Two other designs were measured and
-// rejected (BENCHMARKS.md, "eviction: dense key index"): the map behind the
+// rejected (BENCHMARKS.md, eviction cross-policy section): the map behind the
 // Index interface, where the default path pays a dynamic call per index
 // operation, and the index as a type parameter of the policies, where Go
 // compiles a generic type's methods once per GC shape and calls the type
@@ -134,8 +134,8 @@ const minDenseSlots = 256
 //
 // Create one with [NewDenseIndex] and give it to one policy constructor
 // (such as [NewLRUWithIndex]); a second constructor refuses it. The zero
-// DenseIndex is not usable. It is not safe for concurrent use (nor is the
-// policy that holds it).
+// DenseIndex accepts the key 0 only. It is not safe for concurrent use (nor
+// is the policy that holds it).
 type DenseIndex[K DenseKey] struct {
 	// slots[k] is k's node plus 1; 0 means k has no node, so that growing
 	// the slice with zeros needs no fill.
