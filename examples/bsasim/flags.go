@@ -5,11 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
+
+	"github.com/kvtier/kvtier/internal/flagparse"
 )
 
 // errUsage reports a bad command line; main prints it with the usage.
@@ -94,34 +94,31 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	return c, c.validate()
 }
 
-// parseNames splits a comma-separated list and checks every name is known.
-// Duplicates are an error: they would print the same row twice.
+// parseNames parses the comma-separated names of flag flagName, each one
+// of known. A name given twice is an error: it would print the same rows
+// twice.
 func parseNames(flagName, s string, known []string) ([]string, error) {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		if !slices.Contains(known, f) {
-			return nil, fmt.Errorf("%w: %s: unknown %q (want %s)", errUsage, flagName, f, strings.Join(known, ", "))
-		}
-		if slices.Contains(out, f) {
-			return nil, fmt.Errorf("%w: %s: %q given twice", errUsage, flagName, f)
-		}
-		out = append(out, f)
+	out, err := flagparse.Names(s, known)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", errUsage, flagName, err)
 	}
 	return out, nil
 }
 
+// parseSizes parses the GPU sizes of -sizes, in GiB: positive, at most
+// 2^20, none twice; they are returned sorted.
 func parseSizes(s string) ([]float64, error) {
-	var out []float64
-	for _, f := range strings.Split(s, ",") {
-		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-		if err != nil || !(v > 0) || math.IsInf(v, 0) || v > 1<<20 {
-			return nil, fmt.Errorf("%w: -sizes: %q is not a positive number of GiB", errUsage, f)
+	out, err := flagparse.Floats(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w: -sizes: %w", errUsage, err)
+	}
+	for i, v := range out {
+		if !(v > 0) || v > 1<<20 {
+			return nil, fmt.Errorf("%w: -sizes: %g is not a positive number of GiB", errUsage, v)
 		}
-		if slices.Contains(out, v) {
+		if slices.Contains(out[:i], v) {
 			return nil, fmt.Errorf("%w: -sizes: %g given twice", errUsage, v)
 		}
-		out = append(out, v)
 	}
 	slices.Sort(out)
 	return out, nil

@@ -32,6 +32,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/kvtier/kvtier/internal/jsonlines"
 	"github.com/kvtier/kvtier/layout"
 )
 
@@ -78,7 +79,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if cfg.json {
-		err = writeJSON(stdout, results)
+		err = jsonlines.Write(stdout, results)
 	} else {
 		err = writeTable(stdout, &cfg, results)
 	}

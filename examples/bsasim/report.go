@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -151,15 +150,4 @@ func bytesBlock(cfg *config, rs []result) string {
 		fmt.Fprintf(&b, "  %6.0f %6.0f\n", any.MiBReadPerStep, float64(any.WorstUnitsPerStep)*any.UnitMiB)
 	}
 	return b.String()
-}
-
-// writeJSON prints one JSON object per result row.
-func writeJSON(w io.Writer, rs []result) error {
-	enc := json.NewEncoder(w)
-	for _, r := range rs {
-		if err := enc.Encode(r); err != nil {
-			return err
-		}
-	}
-	return nil
 }

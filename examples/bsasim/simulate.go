@@ -3,10 +3,10 @@ package main
 import (
 	"fmt"
 	"math"
-	"sync"
 	"time"
 
 	"github.com/kvtier/kvtier/eviction"
+	"github.com/kvtier/kvtier/internal/parallel"
 	"github.com/kvtier/kvtier/kvcache"
 	"github.com/kvtier/kvtier/layout"
 )
@@ -226,28 +226,11 @@ func worstUnits(lay *layout.Layout, cfg *config) int64 {
 // runAll simulates every job, cfg.parallel at a time, and returns the
 // results in the order of jobs (so output does not depend on scheduling).
 func runAll(jobs []job, w *workload, cfg *config) ([]result, error) {
-	results := make([]result, len(jobs))
-	errs := make([]error, len(jobs))
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range min(cfg.parallel, len(jobs)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				results[i], errs[i] = simulate(jobs[i], w, cfg)
-			}
-		}()
-	}
-	for i := range jobs {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	for i, err := range errs {
+	return parallel.Map(jobs, cfg.parallel, func(j job) (result, error) {
+		r, err := simulate(j, w, cfg)
 		if err != nil {
-			return nil, fmt.Errorf("%s/%s/%g GiB: %w", jobs[i].layoutName, jobs[i].pol.name, jobs[i].sizeGiB, err)
+			return result{}, fmt.Errorf("%s/%s/%g GiB: %w", j.layoutName, j.pol.name, j.sizeGiB, err)
 		}
-	}
-	return results, nil
+		return r, nil
+	})
 }

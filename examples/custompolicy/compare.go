@@ -2,12 +2,12 @@ package main
 
 import (
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/kvtier/kvtier/eviction"
 	"github.com/kvtier/kvtier/eviction/replay"
 	"github.com/kvtier/kvtier/examples/custompolicy/lfu"
+	"github.com/kvtier/kvtier/internal/parallel"
 )
 
 // policyNames lists the policies compared: ours first, then the shipped
@@ -49,33 +49,22 @@ type row struct {
 	elapsed       time.Duration
 }
 
-// compare replays src through every (policy, size) pair, parallel at a
+// compare replays src through every (policy, size) pair, workers at a
 // time, and returns the rows policy by policy, sizes in the order given.
-func compare(src source, policies []string, sizes []cacheSize, parallel int) ([]row, error) {
-	rows := make([]row, len(policies)*len(sizes))
-	errs := make([]error, len(rows))
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range min(parallel, len(rows)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				rows[i], errs[i] = replayOne(src, policies[i/len(sizes)], sizes[i%len(sizes)])
-			}
-		}()
+func compare(src source, policies []string, sizes []cacheSize, workers int) ([]row, error) {
+	type pair struct {
+		policy string
+		size   cacheSize
 	}
-	for i := range rows {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
+	pairs := make([]pair, 0, len(policies)*len(sizes))
+	for _, p := range policies {
+		for _, s := range sizes {
+			pairs = append(pairs, pair{p, s})
 		}
 	}
-	return rows, nil
+	return parallel.Map(pairs, workers, func(p pair) (row, error) {
+		return replayOne(src, p.policy, p.size)
+	})
 }
 
 // replayOne replays src through a fresh policy in a cache of size s.

@@ -4,10 +4,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math"
-	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/kvtier/kvtier/internal/flagparse"
 )
 
 // errUsage reports a bad flag value.
@@ -61,8 +61,9 @@ func parseFlags(args []string) (options, error) {
 	if o.sizes, err = parseSizes(*sizes); err != nil {
 		return o, err
 	}
-	if o.policies, err = parsePolicies(*pols); err != nil {
-		return o, err
+	// A policy named twice is replayed once.
+	if o.policies, err = flagparse.NameSet(*pols, policyNames); err != nil {
+		return o, fmt.Errorf("%w: -policy: %w", errUsage, err)
 	}
 	return o, nil
 }
@@ -76,11 +77,11 @@ type size struct {
 
 type sizeList []size
 
-// parseSizes parses "5%,128MiB,4096".
+// parseSizes parses "5%,128MiB,4096": shares of the working set, or sizes
+// in bytes (objects with -ignore-obj-size) as flagparse.Bytes reads them.
 func parseSizes(s string) (sizeList, error) {
 	var out sizeList
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
+	for _, f := range flagparse.Split(s) {
 		if pct, ok := strings.CutSuffix(f, "%"); ok {
 			v, err := strconv.ParseFloat(pct, 64)
 			if err != nil || !(v > 0 && v <= 100) {
@@ -89,39 +90,16 @@ func parseSizes(s string) (sizeList, error) {
 			out = append(out, size{share: v / 100, label: f})
 			continue
 		}
-		n, err := parseBytes(f)
+		n, err := flagparse.Bytes(f)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w: -sizes: %w", errUsage, err)
 		}
 		out = append(out, size{absolute: n, label: f})
 	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: -sizes %q lists no size", errUsage, s)
+	}
 	return out, nil
-}
-
-// units are the suffixes parseBytes knows, longest first.
-var units = []struct {
-	suffix string
-	mult   float64
-}{
-	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
-	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
-}
-
-// parseBytes parses a size with an optional binary (KiB) or decimal (KB)
-// suffix; it must be at least 1.
-func parseBytes(s string) (int64, error) {
-	num, mult := s, 1.0
-	for _, u := range units {
-		if n, ok := strings.CutSuffix(s, u.suffix); ok {
-			num, mult = n, u.mult
-			break
-		}
-	}
-	v, err := strconv.ParseFloat(num, 64)
-	if err != nil || math.IsNaN(v) || v*mult < 1 || v*mult > 1<<62 {
-		return 0, fmt.Errorf("%w: size %q is not a size of at least 1", errUsage, s)
-	}
-	return int64(v * mult), nil
 }
 
 // resolve turns shares into sizes for a working set of ws (at least 1 each).
@@ -133,22 +111,6 @@ func (l sizeList) resolve(ws int64) ([]cacheSize, error) {
 			n = max(1, int64(s.share*float64(ws)))
 		}
 		out = append(out, cacheSize{bytes: n, label: s.label})
-	}
-	return out, nil
-}
-
-// parsePolicies parses a comma list of policy names, in the order given,
-// dropping repeats.
-func parsePolicies(s string) ([]string, error) {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		name := strings.ToLower(strings.TrimSpace(f))
-		if !slices.Contains(policyNames, name) {
-			return nil, fmt.Errorf("%w: unknown policy %q (want one of %s)", errUsage, name, strings.Join(policyNames, ", "))
-		}
-		if !slices.Contains(out, name) {
-			out = append(out, name)
-		}
 	}
 	return out, nil
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -10,17 +9,6 @@ import (
 
 	"github.com/kvtier/kvtier/internal/svgplot"
 )
-
-// writeJSON prints one JSON object per row.
-func writeJSON(w io.Writer, rows []row) error {
-	enc := json.NewEncoder(w)
-	for _, r := range rows {
-		if err := enc.Encode(r); err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // formatSize prints a cache size in the trace's unit.
 func formatSize(n int64, objectMode bool) string {

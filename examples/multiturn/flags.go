@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kvtier/kvtier/internal/flagparse"
 )
 
 // errBadFlag reports a flag value the simulation cannot use.
@@ -114,28 +115,15 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("%w: unexpected argument %q", errBadFlag, fs.Arg(0))
 	}
-	c.Policies = splitList(*pols)
+	// Unknown and repeated names are validate's to report.
+	c.Policies = flagparse.Split(*pols)
 	if *sweep != "" {
-		for _, s := range splitList(*sweep) {
-			v, err := strconv.ParseFloat(s, 64)
-			if err != nil {
-				return c, fmt.Errorf("%w: -sweep value %q is not a number", errBadFlag, s)
-			}
-			c.Sweep = append(c.Sweep, v)
+		var err error
+		if c.Sweep, err = flagparse.Floats(*sweep); err != nil {
+			return c, fmt.Errorf("%w: -sweep: %w", errBadFlag, err)
 		}
 	}
 	return c, c.validate()
-}
-
-// splitList splits a comma-separated list, dropping empty items.
-func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }
 
 // validate reports the first field a simulation cannot use.

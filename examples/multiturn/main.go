@@ -24,6 +24,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/kvtier/kvtier/internal/jsonlines"
 )
 
 func main() {
@@ -53,7 +55,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if cfg.JSON {
-		return writeJSON(stdout, rep)
+		return jsonlines.Write(stdout, rep.rows)
 	}
 	return writeText(stdout, rep)
 }

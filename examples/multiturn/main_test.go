@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvtier/kvtier/internal/jsonlines"
 	"github.com/kvtier/kvtier/kvcache"
 	"github.com/stretchr/testify/require"
 )
@@ -245,7 +246,7 @@ func runOut(t *testing.T, args ...string) string {
 
 func TestJSONOneObjectPerPolicy(t *testing.T) {
 	var buf bytes.Buffer
-	require.NoError(t, writeJSON(&buf, sharedReport(t)))
+	require.NoError(t, jsonlines.Write(&buf, sharedReport(t).rows))
 	sc := bufio.NewScanner(&buf)
 	var names []string
 	for sc.Scan() {

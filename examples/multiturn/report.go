@@ -1,14 +1,14 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"runtime"
 	"strings"
-	"sync"
 	"text/tabwriter"
+
+	"github.com/kvtier/kvtier/internal/parallel"
 )
 
 // report is the outcome of a run: the setting and one row per policy and
@@ -45,7 +45,6 @@ func simulateAll(c config) (*report, error) {
 	// Runs are independent (each has its own cache and clock; the workload
 	// is only read), so they run in parallel; rows keep their order.
 	type job struct {
-		i   int
 		p   policy
 		gpu float64
 	}
@@ -53,31 +52,15 @@ func simulateAll(c config) (*report, error) {
 	for _, g := range rep.sizes {
 		for _, name := range c.Policies {
 			p, _ := policyByName(name)
-			jobs = append(jobs, job{i: len(jobs), p: p, gpu: g})
+			jobs = append(jobs, job{p: p, gpu: g})
 		}
 	}
-	rep.rows = make([]result, len(jobs))
-	errs := make([]error, len(jobs))
-	next := make(chan job)
-	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(jobs)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range next {
-				rep.rows[j.i], errs[j.i] = simulate(c, &w, j.p, j.gpu)
-			}
-		}()
-	}
-	for _, j := range jobs {
-		next <- j
-	}
-	close(next)
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err // the first, in report order
-		}
+	// On failure the error is the first in report order.
+	rep.rows, err = parallel.Map(jobs, runtime.GOMAXPROCS(0), func(j job) (result, error) {
+		return simulate(c, &w, j.p, j.gpu)
+	})
+	if err != nil {
+		return nil, err
 	}
 	return rep, nil
 }
@@ -91,17 +74,6 @@ func (rep *report) rowsAt(g float64) []result {
 		}
 	}
 	return out
-}
-
-// writeJSON prints one JSON object per row.
-func writeJSON(w io.Writer, rep *report) error {
-	enc := json.NewEncoder(w)
-	for _, r := range rep.rows {
-		if err := enc.Encode(r); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // writeText prints the setting, the table and the computed comparison of

@@ -5,9 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/kvtier/kvtier/internal/flagparse"
 )
 
 // defaultTrace is the trace's place when the program runs from the
@@ -57,8 +58,9 @@ func parseFlags(args []string) (options, error) {
 	if o.capacities, err = parseCapacities(*caps); err != nil {
 		return o, err
 	}
-	if o.policies, err = parsePolicies(*pols); err != nil {
-		return o, err
+	// A policy named twice is simulated once.
+	if o.policies, err = flagparse.NameSet(*pols, policyNames); err != nil {
+		return o, fmt.Errorf("%w: -policy: %w", errUsage, err)
 	}
 	return o, nil
 }
@@ -66,12 +68,15 @@ func parseFlags(args []string) (options, error) {
 // parseCapacities parses a comma list of token counts.
 func parseCapacities(s string) ([]int64, error) {
 	var out []int64
-	for _, f := range strings.Split(s, ",") {
-		n, err := parseTokens(strings.TrimSpace(f))
+	for _, f := range flagparse.Split(s) {
+		n, err := parseTokens(f)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: -capacity-tokens %q lists no capacity", errUsage, s)
 	}
 	return out, nil
 }
@@ -107,22 +112,6 @@ func parseTokens(s string) (int64, error) {
 		return 0, fmt.Errorf("%w: capacity %q must be between %d and 2^50 tokens", errUsage, s, traceBlockTokens)
 	}
 	return int64(v), nil
-}
-
-// parsePolicies parses a comma list of policy names, keeping the order
-// given and dropping repeats.
-func parsePolicies(s string) ([]string, error) {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		name := strings.ToLower(strings.TrimSpace(f))
-		if !slices.Contains(policyNames, name) {
-			return nil, fmt.Errorf("%w: unknown policy %q (want one of %s)", errUsage, name, strings.Join(policyNames, ", "))
-		}
-		if !slices.Contains(out, name) {
-			out = append(out, name)
-		}
-	}
-	return out, nil
 }
 
 // formatTokens prints a token count the way -capacity-tokens takes it.

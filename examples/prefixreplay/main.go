@@ -19,6 +19,8 @@ import (
 	"os"
 	"runtime"
 	"time"
+
+	"github.com/kvtier/kvtier/internal/jsonlines"
 )
 
 func main() {
@@ -72,7 +74,7 @@ func run(args []string, stdout io.Writer) error {
 		}
 	}
 	if o.json {
-		return writeJSON(stdout, rows)
+		return jsonlines.Write(stdout, rows)
 	}
 	return writeText(stdout, o.trace, b, rows, min(o.parallel, len(settings)), elapsed)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -11,17 +10,6 @@ import (
 
 // paperCapacity is the cache size of the Mooncake paper's claim.
 const paperCapacity = 3_000_000
-
-// writeJSON prints one JSON object per row.
-func writeJSON(w io.Writer, rows []result) error {
-	enc := json.NewEncoder(w)
-	for _, r := range rows {
-		if err := enc.Encode(r); err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // writeText prints the table, the comparison with the paper's claim and the
 // wall time.

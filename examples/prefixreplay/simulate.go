@@ -3,12 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
-	"runtime"
-	"sync"
 	"time"
 
 	"github.com/kvtier/kvtier/costmodel"
 	"github.com/kvtier/kvtier/eviction"
+	"github.com/kvtier/kvtier/internal/parallel"
 	"github.com/kvtier/kvtier/kvcache"
 	"github.com/kvtier/kvtier/layout"
 )
@@ -167,36 +166,15 @@ func ratio(a, b int64) float64 {
 	return float64(a) / float64(b)
 }
 
-// simulateAll runs every setting, opt.parallel at a time, and returns the
-// results in the order of settings. Each setting has its own cache; reqs is
-// only read.
+// simulateAll runs every setting, opt.parallel at a time (0: GOMAXPROCS),
+// and returns the results in the order of settings. Each setting has its
+// own cache; reqs is only read.
 func simulateAll(reqs []request, settings []setting, opt simOptions) ([]result, error) {
-	workers := opt.parallel
-	if workers < 1 {
-		workers = runtime.GOMAXPROCS(0)
-	}
-	results := make([]result, len(settings))
-	errs := make([]error, len(settings))
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range min(workers, len(settings)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				results[i], errs[i] = simulate(reqs, settings[i], opt)
-			}
-		}()
-	}
-	for i := range settings {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	for i, err := range errs {
+	return parallel.Map(settings, opt.parallel, func(st setting) (result, error) {
+		r, err := simulate(reqs, st, opt)
 		if err != nil {
-			return nil, fmt.Errorf("%s at %d tokens: %w", settings[i].policy, settings[i].capacityTokens, err)
+			return result{}, fmt.Errorf("%s at %d tokens: %w", st.policy, st.capacityTokens, err)
 		}
-	}
-	return results, nil
+		return r, nil
+	})
 }
