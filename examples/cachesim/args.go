@@ -5,7 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvtier/kvtier/eviction/replay"
 	"github.com/kvtier/kvtier/eviction/trace"
+	"github.com/kvtier/kvtier/internal/flagparse"
 )
 
 // errUsage reports command-line arguments that cannot be run.
@@ -116,6 +117,9 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	return o, nil
 }
 
+// parsePolicies parses POLICIES: names of policyNames in any case, or the
+// aliases s3-fifo, s3-fifov0 and s3fifo-v0. It is not flagparse.Names: a
+// policy named twice is replayed twice, and an empty item is an error.
 func parsePolicies(s string) ([]string, error) {
 	var out []string
 	for _, name := range strings.Split(s, ",") {
@@ -126,11 +130,7 @@ func parsePolicies(s string) ([]string, error) {
 		case "s3-fifov0", "s3fifo-v0":
 			name = "s3fifov0"
 		}
-		known := false
-		for _, p := range policyNames {
-			known = known || p == name
-		}
-		if !known {
+		if !slices.Contains(policyNames, name) {
 			return nil, fmt.Errorf("%w: unknown policy %q (want %s)", errUsage, name, strings.Join(policyNames, ", "))
 		}
 		out = append(out, name)
@@ -149,44 +149,19 @@ func parseDelimiter(s string) (rune, error) {
 	return r, nil
 }
 
-// sizeUnits maps a unit suffix (lower case) to its multiplier.
-var sizeUnits = []struct {
-	suffix string
-	mult   float64
-}{
-	{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40},
-	{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12},
-	{"b", 1},
-}
-
-// parseSize parses a cache size: a number, optionally fractional, with an
-// optional unit. The result is truncated to an integer and must be >= 1.
+// parseSize parses one cache size as flagparse.Bytes reads it: a number,
+// possibly fractional, with an optional unit; at least 1 after truncation.
 func parseSize(s string) (int64, error) {
-	t := strings.ToLower(strings.TrimSpace(s))
-	mult := 1.0
-	for _, u := range sizeUnits {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
-			break
-		}
+	n, err := flagparse.Bytes(s)
+	if err != nil {
+		return 0, fmt.Errorf("%w: cache size: %w", errUsage, err)
 	}
-	if n, err := strconv.ParseInt(t, 10, 64); err == nil && mult == 1 {
-		if n < 1 {
-			return 0, fmt.Errorf("%w: cache size %q must be at least 1", errUsage, s)
-		}
-		return n, nil
-	}
-	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-		return 0, fmt.Errorf("%w: cache size %q is not a number with an optional unit (KiB, MiB, GiB, TiB, KB, MB, GB, TB)", errUsage, s)
-	}
-	bytes := v * mult
-	if bytes < 1 || bytes >= math.MaxInt64 {
-		return 0, fmt.Errorf("%w: cache size %q is out of range", errUsage, s)
-	}
-	return int64(bytes), nil
+	return n, nil
 }
 
+// parseSizes parses SIZES, a positional argument: every comma-separated
+// item must be a size, so an empty one ("1MiB,") is an error, where the
+// other examples' -sizes flags skip it.
 func parseSizes(s string) ([]int64, error) {
 	var out []int64
 	for _, f := range strings.Split(s, ",") {

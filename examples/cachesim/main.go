@@ -13,8 +13,8 @@
 // -csv-time-col, -csv-id-col, -csv-size-col, -csv-header, -csv-delimiter).
 // POLICIES is a comma-separated list of lru, fifo, s3fifo, s3fifov0, plru
 // and retention. SIZES is a comma-separated list of cache sizes: plain numbers,
-// or numbers with a unit, KiB/MiB/GiB/TiB (powers of 1024) or KB/MB/GB/TB
-// (powers of 1000), case-insensitive.
+// or numbers with a unit, B, KiB/MiB/GiB/TiB (powers of 1024) or KB/MB/GB/TB
+// (powers of 1000), case-insensitive, from 1 byte to 4 EiB.
 //
 // Flags may come before or after the positional arguments (a plain "--"
 // is not special). --ignore-obj-size counts every object as size 1, so

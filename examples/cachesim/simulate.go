@@ -3,12 +3,12 @@ package main
 import (
 	"fmt"
 	"path/filepath"
-	"sync"
 
 	"github.com/kvtier/kvtier/costmodel"
 	"github.com/kvtier/kvtier/eviction"
 	"github.com/kvtier/kvtier/eviction/replay"
 	"github.com/kvtier/kvtier/eviction/trace"
+	"github.com/kvtier/kvtier/internal/parallel"
 )
 
 // result is one replay's outcome, with what identifies it.
@@ -84,34 +84,19 @@ func simulate(o options) ([]result, error) {
 		prepared = replay.Prepare(reqs)
 	}
 
-	results := make([]result, len(jobs))
-	errs := make([]error, len(jobs))
+	// -parallel is for in-memory replays (see its flag): streamed ones,
+	// each reading the file, run one at a time.
 	workers := o.parallel
 	if o.stream {
 		workers = 1
 	}
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				results[i], errs[i] = runJob(o, jobs[i], prepared)
-			}
-		}()
-	}
-	for i := range jobs {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	for i, err := range errs {
+	return parallel.Map(jobs, workers, func(j job) (result, error) {
+		r, err := runJob(o, j, prepared)
 		if err != nil {
-			return nil, fmt.Errorf("%s at size %s: %w", jobs[i].policy, formatSize(jobs[i].size, o.ignoreObjSize), err)
+			return result{}, fmt.Errorf("%s at size %s: %w", j.policy, formatSize(j.size, o.ignoreObjSize), err)
 		}
-	}
-	return results, nil
+		return r, nil
+	})
 }
 
 // runJob replays the trace once, from memory when prepared is not nil,
