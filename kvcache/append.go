@@ -1,10 +1,6 @@
 package kvcache
 
-import (
-	"fmt"
-
-	"github.com/kvtier/kvtier/radix"
-)
+import "github.com/kvtier/kvtier/radix"
 
 // Append adds tokens to sequence id (decode, or a chunk of a sparse
 // prefill) and returns the plan: a new block gets fresh GPU slots whenever
@@ -25,12 +21,9 @@ import (
 func (c *Cache) Append(id SeqID, tokens ...uint32) (Plan, error) {
 	c.mu.Lock()
 	defer c.unlock()
-	if c.poisoned != nil {
-		return Plan{}, c.poisoned
-	}
-	s, ok := c.seqs[id]
-	if !ok {
-		return Plan{}, fmt.Errorf("%w: %d", ErrUnknownSequence, id)
+	s, err := c.lookupToChange(id)
+	if err != nil {
+		return Plan{}, err
 	}
 	if len(tokens) == 0 {
 		return Plan{Seq: id, Tokens: len(s.tokens)}, nil

@@ -2,7 +2,6 @@ package kvcache
 
 import (
 	"cmp"
-	"fmt"
 	"slices"
 )
 
@@ -21,12 +20,9 @@ import (
 func (c *Cache) Release(id SeqID) error {
 	c.mu.Lock()
 	defer c.unlock()
-	if c.poisoned != nil {
-		return c.poisoned
-	}
-	s, ok := c.seqs[id]
-	if !ok {
-		return fmt.Errorf("%w: %d", ErrUnknownSequence, id)
+	s, err := c.lookupToChange(id)
+	if err != nil {
+		return err
 	}
 	c.tx.reset()
 	us := c.tx.unpins

@@ -136,3 +136,21 @@ func (s *sequence) chunks(blocks int) int { return max(s.promptBlocks, blocks) }
 
 // numBlocks returns the blocks that n tokens occupy.
 func (c *Cache) numBlocks(n int) int { return (n + c.blockTokens - 1) / c.blockTokens }
+
+// lookup returns live sequence id, or an error wrapping ErrUnknownSequence.
+func (c *Cache) lookup(id SeqID) (*sequence, error) {
+	s, ok := c.seqs[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: %d", ErrUnknownSequence, id)
+	}
+	return s, nil
+}
+
+// lookupToChange is lookup for a call that changes the cache: a poisoned
+// cache refuses it first, with its poison error (see poison).
+func (c *Cache) lookupToChange(id SeqID) (*sequence, error) {
+	if c.poisoned != nil {
+		return nil, c.poisoned
+	}
+	return c.lookup(id)
+}

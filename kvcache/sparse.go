@@ -66,12 +66,9 @@ func (r *SparseResult) reset() {
 func (c *Cache) SparseAccess(id SeqID, layer int, heads [][]int64, res *SparseResult) error {
 	c.mu.Lock()
 	defer c.unlock()
-	if c.poisoned != nil {
-		return c.poisoned
-	}
-	s, ok := c.seqs[id]
-	if !ok {
-		return fmt.Errorf("%w: %d", ErrUnknownSequence, id)
+	s, err := c.lookupToChange(id)
+	if err != nil {
+		return err
 	}
 	if layer < 0 || layer >= c.layers {
 		return fmt.Errorf("%w: layer %d not in [0, %d)", ErrOutOfRange, layer, c.layers)

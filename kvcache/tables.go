@@ -19,9 +19,9 @@ import "fmt"
 func (c *Cache) BlockTable(dst []int32, id SeqID, s int) ([]int32, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	q, ok := c.seqs[id]
-	if !ok {
-		return dst, fmt.Errorf("%w: %d", ErrUnknownSequence, id)
+	q, err := c.lookup(id)
+	if err != nil {
+		return dst, err
 	}
 	if s < 0 || s >= c.numSlices {
 		return dst, fmt.Errorf("%w: slice %d not in [0, %d)", ErrOutOfRange, s, c.numSlices)
@@ -65,9 +65,9 @@ type UnitLocation struct {
 func (c *Cache) Locate(id SeqID, block, slice int) (UnitLocation, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	q, ok := c.seqs[id]
-	if !ok {
-		return UnitLocation{}, fmt.Errorf("%w: %d", ErrUnknownSequence, id)
+	q, err := c.lookup(id)
+	if err != nil {
+		return UnitLocation{}, err
 	}
 	if block < 0 || block >= len(q.blocks) {
 		return UnitLocation{}, fmt.Errorf("%w: block %d not in [0, %d)", ErrOutOfRange, block, len(q.blocks))
@@ -88,9 +88,9 @@ func (c *Cache) Locate(id SeqID, block, slice int) (UnitLocation, error) {
 func (c *Cache) SequenceTokens(dst []uint32, id SeqID) ([]uint32, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	q, ok := c.seqs[id]
-	if !ok {
-		return dst, fmt.Errorf("%w: %d", ErrUnknownSequence, id)
+	q, err := c.lookup(id)
+	if err != nil {
+		return dst, err
 	}
 	return append(dst, q.tokens...), nil
 }
@@ -100,9 +100,9 @@ func (c *Cache) SequenceTokens(dst []uint32, id SeqID) ([]uint32, error) {
 func (c *Cache) Len(id SeqID) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	q, ok := c.seqs[id]
-	if !ok {
-		return 0, fmt.Errorf("%w: %d", ErrUnknownSequence, id)
+	q, err := c.lookup(id)
+	if err != nil {
+		return 0, err
 	}
 	return len(q.tokens), nil
 }

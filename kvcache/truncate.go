@@ -25,12 +25,9 @@ import (
 func (c *Cache) Truncate(id SeqID, n int) (Plan, error) {
 	c.mu.Lock()
 	defer c.unlock()
-	if c.poisoned != nil {
-		return Plan{}, c.poisoned
-	}
-	s, ok := c.seqs[id]
-	if !ok {
-		return Plan{}, fmt.Errorf("%w: %d", ErrUnknownSequence, id)
+	s, err := c.lookupToChange(id)
+	if err != nil {
+		return Plan{}, err
 	}
 	if n < 0 || n > len(s.tokens) {
 		return Plan{}, fmt.Errorf("%w: truncate %d tokens of a sequence of %d", ErrOutOfRange, n, len(s.tokens))
@@ -118,12 +115,9 @@ func (c *Cache) Truncate(id SeqID, n int) (Plan, error) {
 func (c *Cache) Fork(id SeqID) (Plan, error) {
 	c.mu.Lock()
 	defer c.unlock()
-	if c.poisoned != nil {
-		return Plan{}, c.poisoned
-	}
-	s, ok := c.seqs[id]
-	if !ok {
-		return Plan{}, fmt.Errorf("%w: %d", ErrUnknownSequence, id)
+	s, err := c.lookupToChange(id)
+	if err != nil {
+		return Plan{}, err
 	}
 	B := c.blockTokens
 	child := &sequence{
