@@ -408,12 +408,7 @@ func (c *Cache) rollback() {
 		c.undoOne(t.undo[i])
 	}
 	c.clearTxDrops()
-	t.undo = t.undo[:0]
-	t.batch = t.batch[:0]
-	t.gpuVictims = t.gpuVictims[:0]
-	t.cpuVictims = t.cpuVictims[:0]
-	t.tempGPU = t.tempGPU[:0]
-	t.tempCPU = t.tempCPU[:0]
+	t.reset()
 	c.collectPending()
 }
 
