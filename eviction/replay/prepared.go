@@ -41,9 +41,14 @@ func (t *Prepared) Len() int { return len(t.reqs) }
 // Objects returns the number of distinct objects.
 func (t *Prepared) Objects() int { return len(t.ids) }
 
-// TraceID returns the trace's id of dense id d, which must be below
-// Objects().
-func (t *Prepared) TraceID(d uint64) uint64 { return t.ids[d] }
+// TraceID returns the trace's id of dense id d and true, or false when d
+// is not below Objects().
+func (t *Prepared) TraceID(d uint64) (uint64, bool) {
+	if d >= uint64(len(t.ids)) {
+		return 0, false
+	}
+	return t.ids[d], true
+}
 
 // NewIndex returns a new key index for a policy that will replay t: an
 // [eviction.DenseIndex] over t's dense ids (0 to Objects()-1), so that the

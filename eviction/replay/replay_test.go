@@ -3,6 +3,7 @@ package replay_test
 import (
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -357,4 +358,22 @@ func TestPreparedNewIndexTooSmall(t *testing.T) {
 	res, err = empty.Run(q, replay.Config{Capacity: 1})
 	require.NoError(t, err)
 	require.Zero(t, res.Requests)
+}
+
+// TestPreparedTraceID: dense ids number objects in order of first request
+// and translate back to the trace's ids; an id of no object is reported as
+// such instead of panicking.
+func TestPreparedTraceID(t *testing.T) {
+	p := replay.Prepare([]trace.Request{{ID: 42, Size: 1}, {ID: 7, Size: 1}, {ID: 42, Size: 1}})
+	require.Equal(t, 3, p.Len())
+	require.Equal(t, 2, p.Objects())
+	for d, want := range []uint64{42, 7} {
+		id, ok := p.TraceID(uint64(d))
+		require.True(t, ok)
+		require.Equal(t, want, id)
+	}
+	for _, d := range []uint64{2, 1 << 40, math.MaxUint64} {
+		_, ok := p.TraceID(d)
+		require.False(t, ok, "dense id %d", d)
+	}
 }
