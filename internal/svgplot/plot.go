@@ -82,10 +82,12 @@ var palette = [...]string{
 // Color returns the default colour of the series at index i: the palette
 // repeats after ten series.
 func Color(i int) string {
+	// The remainder, not i, is negated: -math.MinInt is still negative.
+	i %= len(palette)
 	if i < 0 {
 		i = -i
 	}
-	return palette[i%len(palette)]
+	return palette[i]
 }
 
 // WriteFile renders p into the file at path, creating or truncating it.

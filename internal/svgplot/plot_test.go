@@ -293,6 +293,8 @@ func TestSingleValueAxis(t *testing.T) {
 func TestColorCycles(t *testing.T) {
 	require.Equal(t, Color(0), Color(10))
 	require.NotEqual(t, Color(0), Color(1))
+	require.Equal(t, Color(3), Color(-3), "a negative index counts from 0 too")
+	require.NotPanics(t, func() { Color(math.MinInt) })
 	p := &Plot{Series: []Series{{Name: "a", Points: []Point{{0, 0}}, Color: "red"}}}
 	require.Equal(t, "red", find(parse(t, render(t, p)), "circle", "")[0].attrs["fill"])
 }
