@@ -83,11 +83,12 @@ type PoolInfo struct {
 // at a time). A block reused from the prefix tree keeps the Entry of the
 // sequence that made it.
 //
-// A key is pinned
-// while a sequence uses its unit (Pin and Unpin on the first and last user),
-// and a unit that Acquire or SparseAccess finds on the GPU is reported as a
-// hit with Access, once pinned (except to the policies of package eviction
-// that ignore Access of a pinned key, to save the call).
+// A key is pinned while a sequence uses its unit (Pin and Unpin on the
+// first and last user), and a unit that Acquire or SparseAccess finds on
+// the GPU is reported as a hit with Access, once pinned. The LRU, FIFO,
+// PrioritizedLRU and Retention of package eviction are not told: they
+// ignore Access of a pinned key, or (Retention) the Unpin that follows
+// overwrites it, so the call would change nothing.
 type PolicyFactory func(PoolInfo) (eviction.Policy[UnitID], error)
 
 // LRUFactory is the default PolicyFactory: an eviction.LRU per arena.

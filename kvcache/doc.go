@@ -27,8 +27,8 @@
 // keys: different namespaces never share anything), pins every unit the
 // request uses on the GPU, copies CPU units back, gives dropped or missing
 // units fresh slots and returns the token ranges to compute (a block with a
-// dropped unit is recomputed whole, so its CPU units are not copied back). Append commits
-// each block as it fills (early reuse). Truncate rolls back speculative
+// dropped unit is recomputed whole, so its CPU units are not copied back).
+// Append commits each block as it fills (early reuse). Truncate rolls back speculative
 // tokens; Fork shares full blocks and copies the partial one. Admit answers
 // how many GPU slots a prompt would still need. Sparse (BSA, MoBA) requests
 // keep their blocks referenced but pin only what the current step writes;
@@ -67,9 +67,10 @@
 // it fails with ErrCopyFailed; either way nothing changed (no pin, slot,
 // unit, stat or sequence), except that policies may have reordered the
 // victims they had chosen. Bad input returns an error wrapping one of the
-// package's sentinels and never panics. A custom eviction policy whose
-// Insert fails where the cache must place a unit poisons the cache: every
-// later mutating call fails with ErrPolicy.
+// package's sentinels and never panics. A custom eviction policy that
+// breaks its contract (its Insert fails where the cache must place a unit,
+// its Evict returns a key that is no evictable unit) poisons the cache:
+// every later mutating call fails with ErrPolicy.
 //
 // # Concurrency
 //
