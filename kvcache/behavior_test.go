@@ -435,6 +435,11 @@ func TestMemoryStoreRejectsBadCopies(t *testing.T) {
 	require.Nil(t, m.Bytes(GPU, 1, 0))
 	require.NoError(t, m.Copy([]Copy{{From: GPU, FromSlot: 0, To: CPU, ToSlot: 1}}))
 	require.Equal(t, byte('a'), m.Bytes(CPU, 0, 1)[0])
+
+	// The zero MemoryStore has no slots.
+	var zero MemoryStore
+	require.Nil(t, zero.Bytes(GPU, 0, 0))
+	require.ErrorIs(t, zero.Copy([]Copy{{From: GPU, FromSlot: 0, To: CPU, ToSlot: 0}}), ErrInvalidCopy)
 }
 
 // TestRecomputedBlockIsNotOnboarded: a block one of whose units was dropped

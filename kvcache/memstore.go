@@ -11,7 +11,8 @@ import (
 // built-in copy), so tests, examples and pure-Go servers move real bytes.
 //
 // Build one with NewMemoryStore for the same layout and capacities as the
-// Cache. Copy is all or nothing: it validates the whole batch before copying
+// Cache (the zero MemoryStore has no slots: Bytes returns nil and Copy
+// refuses every copy). Copy is all or nothing: it validates the whole batch before copying
 // anything. A MemoryStore does no locking: the cache calls Copy under its
 // lock, and the server must not write a slot while an operation that may
 // move it runs (in practice: read and write the slots of pinned units only).

@@ -58,7 +58,8 @@ type Options struct {
 }
 
 // File is a [Reader] over a trace file opened by [OpenFile]. Close it when
-// done.
+// done. The zero File is not usable, and a File, like every Reader, is not
+// safe for concurrent use.
 type File struct {
 	Reader
 	f *os.File
