@@ -25,7 +25,8 @@ const MaxBlockTokens = 1 << 30
 //
 // A Hasher is immutable after NewHasher and safe for concurrent use. Hashing
 // allocates nothing beyond growing the destination slice the caller passes.
-// Use the constructor; the zero Hasher is not valid.
+// Use the constructor; the zero Hasher is not valid (hashing with it returns
+// an error wrapping ErrInvalidBlockSize).
 type Hasher struct {
 	blockTokens int
 	seed        uint64
@@ -83,14 +84,18 @@ func (h *Hasher) Start(k Keys) State { return State{keys: k} }
 // the caller passes it again once it does. extra holds the sequence's extra
 // keys, sorted by absolute position; keys outside the hashed blocks are
 // ignored. Unsorted or negative positions return an error wrapping
-// ErrInvalidExtraKey, with dst and st unchanged. Append allocates only to
-// grow dst.
+// ErrInvalidExtraKey, and the zero Hasher one wrapping ErrInvalidBlockSize,
+// with dst and st unchanged. Append allocates only to grow dst.
 func (h *Hasher) Append(dst []uint64, st State, tokens []uint32, extra []ExtraKey) ([]uint64, State, error) {
+	b := h.blockTokens
+	if b == 0 {
+		// A zero block size would never advance through tokens.
+		return dst, st, fmt.Errorf("%w: zero Hasher (build one with NewHasher)", ErrInvalidBlockSize)
+	}
 	if err := checkExtra(extra); err != nil {
 		return dst, st, err
 	}
 	var enc encoder
-	b := h.blockTokens
 	cursor := 0
 	for off := 0; off+b <= len(tokens); off += b {
 		start := st.blocks * b

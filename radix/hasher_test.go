@@ -87,6 +87,21 @@ func refChain(seed uint64, b int, k Keys, tokens []uint32, extra []ExtraKey) []u
 // TestHasherMatchesEncoding checks the hasher against the plain encoding,
 // including inputs far larger than the encoder's scratch (long keys, big
 // blocks, many extra keys) that take the streaming path.
+// TestZeroHasherFails: the zero Hasher has no block size; hashing with it
+// is an error, not a loop that never advances.
+func TestZeroHasherFails(t *testing.T) {
+	var h Hasher
+	for _, tokens := range [][]uint32{nil, {1, 2, 3}} {
+		dst, err := h.Hash(nil, Keys{}, tokens, nil)
+		require.ErrorIs(t, err, ErrInvalidBlockSize)
+		require.Empty(t, dst)
+		st := h.Start(Keys{Namespace: "a"})
+		_, st2, err := h.Append(nil, st, tokens, nil)
+		require.ErrorIs(t, err, ErrInvalidBlockSize)
+		require.Equal(t, st, st2)
+	}
+}
+
 func TestHasherMatchesEncoding(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for iter := range 300 {
