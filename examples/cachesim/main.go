@@ -84,10 +84,5 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	for _, r := range results {
-		if err := writeResult(stdout, opts, r); err != nil {
-			return err
-		}
-	}
-	return nil
+	return writeResults(stdout, opts, results)
 }

@@ -1,9 +1,10 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
+
+	"github.com/kvtier/kvtier/internal/jsonlines"
 )
 
 // jsonResult is the -json line of one result.
@@ -19,23 +20,27 @@ type jsonResult struct {
 	Seconds       float64 `json:"seconds"`
 }
 
-// writeResult prints one result as a text line, libCacheSim style, or as
-// a JSON object.
-func writeResult(w io.Writer, o options, r result) error {
+// writeResults prints the results, one per line: libCacheSim-style text,
+// or JSON objects with -json.
+func writeResults(w io.Writer, o options, results []result) error {
 	var err error
 	if o.asJSON {
-		var b []byte
-		b, err = json.Marshal(jsonResult{
-			Trace: r.trace, Policy: r.policy, CacheSize: r.size,
-			Requests: r.Requests, Misses: r.Misses, MissRatio: r.MissRatio(),
-			ByteMisses: r.MissBytes, ByteMissRatio: r.ByteMissRatio(), Seconds: r.Seconds(),
-		})
-		if err == nil {
-			_, err = fmt.Fprintf(w, "%s\n", b)
+		rows := make([]jsonResult, len(results))
+		for i, r := range results {
+			rows[i] = jsonResult{
+				Trace: r.trace, Policy: r.policy, CacheSize: r.size,
+				Requests: r.Requests, Misses: r.Misses, MissRatio: r.MissRatio(),
+				ByteMisses: r.MissBytes, ByteMissRatio: r.ByteMissRatio(), Seconds: r.Seconds(),
+			}
 		}
+		err = jsonlines.Write(w, rows)
 	} else {
-		_, err = fmt.Fprintf(w, "%s %s cache size %s, %d req, %d miss, miss ratio %.4f, byte miss ratio %.4f\n",
-			r.trace, r.policy, formatSize(r.size, o.ignoreObjSize), r.Requests, r.Misses, r.MissRatio(), r.ByteMissRatio())
+		for _, r := range results {
+			if _, err = fmt.Fprintf(w, "%s %s cache size %s, %d req, %d miss, miss ratio %.4f, byte miss ratio %.4f\n",
+				r.trace, r.policy, formatSize(r.size, o.ignoreObjSize), r.Requests, r.Misses, r.MissRatio(), r.ByteMissRatio()); err != nil {
+				break
+			}
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("writing results: %w", err)
