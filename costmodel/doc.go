@@ -24,5 +24,9 @@
 // Setting both to [Flat] gives plain Pensieve.
 //
 // Costs are float64 seconds. Every function here is pure and safe for
-// concurrent use; the types are plain values.
+// concurrent use; the types are plain values. Bad input (a negative, NaN or
+// infinite coefficient, a unit out of range, a negative inactivity, too few
+// samples to fit) returns an error wrapping one of the package's sentinels
+// ([ErrInvalidParameter], [ErrInvalidUnit], [ErrNegativeDuration],
+// [ErrTooFewSamples]); nothing here panics.
 package costmodel

@@ -31,6 +31,11 @@
 // number (virtual time, the default) or to its trace timestamp (see
 // [TimeSource]).
 //
+// Bad input returns an error: a Config that cannot run (or a nil policy)
+// wraps [ErrInvalidConfig], a request of negative size [ErrInvalidRequest]
+// (naming the request), a trace that does not decode the reader's error
+// (such as trace.ErrMalformed).
+//
 // Replays are deterministic. A Run is not safe for concurrent use with
 // other uses of its policy, reader or clock; separate runs with separate
 // values may run in parallel.
