@@ -183,7 +183,9 @@ func (c *cache) request(q *trace.Request) error {
 		insert = makeRoom && i
 	}
 	if makeRoom {
-		for c.occupied+size > c.cfg.Capacity {
+		// Capacity-occupied cannot overflow (occupied <= Capacity), where
+		// occupied+size can near math.MaxInt64.
+		for size > c.cfg.Capacity-c.occupied {
 			if err := c.evictOne(); err != nil {
 				return err
 			}

@@ -53,6 +53,22 @@ func TestReplayLargerThanCache(t *testing.T) {
 	require.Equal(t, int64(26), res.MissBytes)
 }
 
+// TestReplayHugeCapacity: with a capacity near math.MaxInt64 the bytes in
+// use plus a new object's size exceed int64; the replay must still evict
+// to make room instead of letting the sum wrap and overfill the cache.
+func TestReplayHugeCapacity(t *testing.T) {
+	const capacity = math.MaxInt64
+	tr := []trace.Request{
+		{ID: 1, Size: capacity - 10, NextAccess: -1},
+		{ID: 2, Size: 100, NextAccess: -1}, // evicts 1
+		{ID: 1, Size: capacity - 10, NextAccess: -1},
+	}
+	res, err := replay.RunRequests(eviction.NewLRU[uint64](), tr, replay.Config{Capacity: capacity})
+	require.NoError(t, err)
+	require.Equal(t, int64(3), res.Misses)
+	require.Equal(t, int64(2), res.Evictions)
+}
+
 func TestReplayHitKeepsCachedSize(t *testing.T) {
 	// Object 1 is cached with size 2; a hit asking for size 9 does not
 	// change that (libCacheSim does not update sizes on hits), so 2(8) fits
