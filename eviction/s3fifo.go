@@ -173,9 +173,9 @@ var _ Policy[int] = (*S3FIFO[int])(nil)
 // NewS3FIFO returns an empty S3-FIFO policy for a cache of cfg.Capacity. The
 // queue sizes are computed as libCacheSim does: small =
 // floor(Capacity*SmallRatio), main = Capacity - small, ghost =
-// floor(Capacity*GhostRatio). It returns an error wrapping
-// [ErrInvalidConfig] when a field is out of range. Keys are indexed with a
-// Go map.
+// floor(Capacity*GhostRatio) (at most math.MaxInt64). It returns an error
+// wrapping [ErrInvalidConfig] when a field is out of range. Keys are
+// indexed with a Go map.
 func NewS3FIFO[K comparable](cfg S3FIFOConfig) (*S3FIFO[K], error) {
 	return NewS3FIFOWithIndex[K](cfg, nil)
 }
@@ -197,7 +197,7 @@ func NewS3FIFOWithIndex[K comparable](cfg S3FIFOConfig, idx Index[K]) (*S3FIFO[K
 		keys:      keys,
 		capacity:  cfg.Capacity,
 		smallCap:  int64(float64(cfg.Capacity) * cfg.SmallRatio),
-		ghostCap:  int64(float64(cfg.Capacity) * cfg.GhostRatio),
+		ghostCap:  ghostCapacity(cfg),
 		threshold: uint8(cfg.MoveToMainThreshold),
 		freqCap:   max(3, uint8(cfg.MoveToMainThreshold)),
 		claimed:   noLink,
@@ -207,6 +207,17 @@ func NewS3FIFOWithIndex[K comparable](cfg S3FIFOConfig, idx Index[K]) (*S3FIFO[K
 	p.mainCap = p.capacity - p.smallCap
 	p.slab.init(s3Lists)
 	return p, nil
+}
+
+// ghostCapacity is floor(Capacity*GhostRatio), or math.MaxInt64 when that
+// does not fit in an int64 (GhostRatio may exceed 1): converting such a
+// float to int64 gives an unspecified, on amd64 negative, value.
+func ghostCapacity(cfg S3FIFOConfig) int64 {
+	g := float64(cfg.Capacity) * cfg.GhostRatio
+	if g >= math.MaxInt64 { // the constant rounds to 2^63 as a float64
+		return math.MaxInt64
+	}
+	return int64(g)
 }
 
 // Insert starts tracking k as evictable. A key remembered in the ghost (or
@@ -398,7 +409,9 @@ func (p *S3FIFO[K]) remember(i int32) {
 		p.forget(i)
 		return
 	}
-	for p.bytes[s3Ghost]+m.size > p.ghostCap {
+	// ghostCap-bytes cannot overflow (bytes <= ghostCap), where bytes+size
+	// can when ghostCap nears math.MaxInt64.
+	for m.size > p.ghostCap-p.bytes[s3Ghost] {
 		g := p.slab.front(int32(s3Ghost))
 		p.detach(g)
 		p.forget(g)

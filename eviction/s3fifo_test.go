@@ -426,3 +426,36 @@ func (c s3RefCase) check(t *testing.T, name, kind string, rng *rand.Rand) {
 		require.Equal(t, len(resident), p.Len(), "%s step %d", name, step)
 	}
 }
+
+// TestS3FIFOHugeGhost: a ghost larger than int64 (Capacity × GhostRatio
+// past math.MaxInt64) is as large as int64 allows, not a wrapped or
+// negative size, and filling it up to math.MaxInt64 bytes still drops the
+// oldest ghost keys instead of overflowing the byte count.
+func TestS3FIFOHugeGhost(t *testing.T) {
+	// victimAfterReturn inserts key 1, evicts it into the ghost, evicts
+	// more keys of size sz from small into the ghost, then inserts key 1
+	// again and key 1000, and returns the next victim: 1000 when key 1 came
+	// back from the ghost into main, 1 when it was no longer a ghost.
+	victimAfterReturn := func(cfg eviction.S3FIFOConfig, sz int64, more int) int {
+		p, err := eviction.NewS3FIFO[int](cfg)
+		require.NoError(t, err)
+		for k := 1; k <= 1+more; k++ {
+			require.NoError(t, p.Insert(k, eviction.NewEntry(sz)))
+			v, ok := p.Evict()
+			require.True(t, ok)
+			require.Equal(t, k, v)
+		}
+		require.NoError(t, p.Insert(1, eviction.NewEntry(sz)))
+		require.NoError(t, p.Insert(1000, eviction.NewEntry(sz)))
+		v, ok := p.Evict()
+		require.True(t, ok)
+		return v
+	}
+	// 2^62 × 4 does not fit in an int64: the ghost must still remember.
+	require.Equal(t, 1000, victimAfterReturn(eviction.S3FIFOConfig{Capacity: 1 << 62, GhostRatio: 4}, 1, 0))
+	// A ghost of math.MaxInt64 bytes holds 23 keys of 4e17 bytes, not 24:
+	// the 24th pushes key 1 out.
+	const sz = 4e17
+	require.Equal(t, 1000, victimAfterReturn(eviction.S3FIFOConfig{Capacity: 1 << 62, GhostRatio: 4}, sz, 22))
+	require.Equal(t, 1, victimAfterReturn(eviction.S3FIFOConfig{Capacity: 1 << 62, GhostRatio: 4}, sz, 23))
+}
