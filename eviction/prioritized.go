@@ -37,9 +37,10 @@ import (
 // Algorithm: one slab-backed doubly linked list per priority level (101
 // lists, int32 indices, free list), a 128-bit bitmap of non-empty levels,
 // and an index from key to node (a Go map, or the [Index] given to
-// [NewPrioritizedLRUWithIndex]; both make the same choices). Evict finds the lowest non-empty level with
-// one trailing-zeros count on the bitmap and takes that list's front, so
-// choosing a victim is O(1) whatever the number of keys or levels. Expiries
+// [NewPrioritizedLRUWithIndex]; both make the same choices). Evict finds
+// the lowest non-empty level with one trailing-zeros count on the bitmap
+// and takes that list's front, so choosing a victim is O(1) whatever the
+// number of keys or levels. Expiries
 // are kept exact but lazy: evictable keys with a running timer sit in a
 // min-heap keyed by expiry time, and every operation that adds a key to a
 // list or chooses one first moves the keys whose expiry has passed to the

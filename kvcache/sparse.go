@@ -56,8 +56,8 @@ func (r *SparseResult) reset() {
 // (of any layer: it replaces these pins), Append, Truncate or Release,
 // which unpins them from the last block to the first (tail first, like
 // Release). So the GPU needs to hold one layer's selection per sequence,
-// not a whole step's: a server runs, for each layer, SparseAccess for every sequence of
-// the batch and then the layer's kernel. res is overwritten.
+// not a whole step's: a server runs, for each layer, SparseAccess for every
+// sequence of the batch and then the layer's kernel. res is overwritten.
 //
 // It returns an error wrapping ErrUnknownSequence, ErrInvalidRequest
 // (len(heads) is not the model's query heads, or res is nil), ErrOutOfRange
