@@ -40,7 +40,7 @@ func unitTrace(lay *layout.Layout, w *workload) ([]trace.Request, error) {
 	slices := lay.UnitsPerBlock()
 	unitTokens := lay.TokensPerUnit()
 	if cfg.context/unitTokens >= 1<<20 || slices >= 1<<20 || cfg.sequences >= 1<<24 {
-		return nil, fmt.Errorf("bsasim: export: ids do not fit (%d blocks, %d slices, %d sequences)", cfg.context/unitTokens, slices, cfg.sequences)
+		return nil, fmt.Errorf("export: ids do not fit (%d blocks, %d slices, %d sequences)", cfg.context/unitTokens, slices, cfg.sequences)
 	}
 	var reqs []trace.Request
 	var touched []layout.UnitRef

@@ -12,8 +12,8 @@ import (
 	"github.com/kvtier/kvtier/internal/flagparse"
 )
 
-// errUsage reports a bad command line; main prints it with the usage.
-var errUsage = errors.New("bsasim: bad usage")
+// errUsage reports a bad command line.
+var errUsage = errors.New("bad usage") // main prefixes "bsasim: "
 
 // config is everything one run of the simulation is computed from.
 type config struct {

@@ -41,7 +41,7 @@ func main() {
 		if errors.Is(err, flag.ErrHelp) {
 			return // -h: the usage was printed
 		}
-		fmt.Fprintln(os.Stderr, err)
+		fmt.Fprintln(os.Stderr, "bsasim:", err)
 		os.Exit(1)
 	}
 }

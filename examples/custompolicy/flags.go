@@ -11,7 +11,7 @@ import (
 )
 
 // errUsage reports a bad flag value.
-var errUsage = errors.New("custompolicy: bad usage")
+var errUsage = errors.New("bad usage") // main prefixes "custompolicy: "
 
 // options is the parsed command line.
 type options struct {

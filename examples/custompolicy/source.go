@@ -103,7 +103,7 @@ func newSource(name string, reqs []trace.Request, objectMode bool) source {
 }
 
 // errZipf reports bad Zipf parameters.
-var errZipf = errors.New("custompolicy: bad zipf parameters")
+var errZipf = errors.New("bad zipf parameters")
 
 // zipfTrace draws n requests over m objects of size 1 with popularity
 // proportional to 1/rank^alpha (independent reference model). Ranks are

@@ -30,7 +30,7 @@ type options struct {
 }
 
 // errUsage reports a bad flag value.
-var errUsage = errors.New("prefixreplay: bad usage")
+var errUsage = errors.New("bad usage") // main prefixes "prefixreplay: "
 
 func parseFlags(args []string) (options, error) {
 	fs := flag.NewFlagSet("prefixreplay", flag.ContinueOnError)

@@ -14,7 +14,7 @@ import (
 const traceBlockTokens = 512
 
 // errBadTrace reports a trace line that cannot be replayed.
-var errBadTrace = errors.New("prefixreplay: bad trace")
+var errBadTrace = errors.New("bad trace")
 
 // request is one line of the trace: its arrival time, its prompt length and
 // the chained ids of its 512-token blocks (an id stands for its block and
