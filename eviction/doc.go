@@ -69,5 +69,8 @@
 // kvcache.Cache does under its lock. Hot operations allocate nothing once the
 // number of tracked keys stops growing. Evict never returns a pinned key, and
 // a pinned key keeps its history (recency, frequency, priority, last use).
+// A policy whose Access of a pinned key changes nothing may say so by
+// implementing PinnedAccessIgnorer, so that an owner that reports hits on
+// keys it has just pinned can skip those calls.
 // Measured costs are in BENCHMARKS.md at the repository root.
 package eviction

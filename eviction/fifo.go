@@ -51,7 +51,10 @@ const fifoPinned fifoMeta = 1 << 63
 func (m fifoMeta) seq() uint64  { return uint64(m &^ fifoPinned) }
 func (m fifoMeta) pinned() bool { return m&fifoPinned != 0 }
 
-var _ Policy[int] = (*FIFO[int])(nil)
+var (
+	_ Policy[int]         = (*FIFO[int])(nil)
+	_ PinnedAccessIgnorer = (*FIFO[int])(nil)
+)
 
 // fifoHead is the sentinel of the FIFO's queue.
 const fifoHead int32 = 0
@@ -182,3 +185,6 @@ func (p *FIFO[K]) Evict() (K, bool) {
 func (p *FIFO[K]) Len() int {
 	return p.keys.len()
 }
+
+// IgnoresPinnedAccess returns true: its Access never reorders keys. See [PinnedAccessIgnorer].
+func (p *FIFO[K]) IgnoresPinnedAccess() bool { return true }

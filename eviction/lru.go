@@ -25,7 +25,10 @@ type LRU[K comparable] struct {
 	keys keyIndex[K]
 }
 
-var _ Policy[int] = (*LRU[int])(nil)
+var (
+	_ Policy[int]         = (*LRU[int])(nil)
+	_ PinnedAccessIgnorer = (*LRU[int])(nil)
+)
 
 // lruHead is the sentinel of the LRU's only list.
 const lruHead int32 = 0
@@ -138,3 +141,6 @@ func (p *LRU[K]) Evict() (K, bool) {
 func (p *LRU[K]) Len() int {
 	return p.keys.len()
 }
+
+// IgnoresPinnedAccess returns true: its Access of a pinned key does nothing: the Unpin that follows makes the key most recent anyway. See [PinnedAccessIgnorer].
+func (p *LRU[K]) IgnoresPinnedAccess() bool { return true }

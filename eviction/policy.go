@@ -39,3 +39,14 @@ type Policy[K comparable] interface {
 	// Len returns the number of tracked keys, pinned or not.
 	Len() int
 }
+
+// PinnedAccessIgnorer is implemented by a Policy whose Access of a pinned
+// key changes none of the victims it will choose. An owner that reports a
+// hit on a key it has just pinned, as a kvcache tier does, may skip that
+// call when IgnoresPinnedAccess returns true, and save a lookup per hit. A
+// policy that does not implement the interface, or returns false, must be
+// told every hit. Package evictiontest checks the claim of any policy that
+// makes it.
+type PinnedAccessIgnorer interface {
+	IgnoresPinnedAccess() bool
+}

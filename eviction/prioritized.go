@@ -83,7 +83,10 @@ type prioritizedMeta struct {
 	pinned bool
 }
 
-var _ Policy[int] = (*PrioritizedLRU[int])(nil)
+var (
+	_ Policy[int]         = (*PrioritizedLRU[int])(nil)
+	_ PinnedAccessIgnorer = (*PrioritizedLRU[int])(nil)
+)
 
 // priorityLevels is the number of priority levels, one list each.
 const priorityLevels = MaxPriority - MinPriority + 1
@@ -296,3 +299,6 @@ func expiryTime(now, d time.Duration) int64 {
 	}
 	return int64(now + d)
 }
+
+// IgnoresPinnedAccess returns true: its Access of a pinned key does nothing: the Unpin that follows makes the key the most recent of its level. See [PinnedAccessIgnorer].
+func (p *PrioritizedLRU[K]) IgnoresPinnedAccess() bool { return true }

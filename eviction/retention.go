@@ -127,7 +127,10 @@ type Retention[K comparable] struct {
 	tree       tournament       // over the groups of positive cost
 }
 
-var _ Policy[int] = (*Retention[int])(nil)
+var (
+	_ Policy[int]         = (*Retention[int])(nil)
+	_ PinnedAccessIgnorer = (*Retention[int])(nil)
+)
 
 // retentionKey is one tracked key.
 type retentionKey[K comparable] struct {
@@ -432,3 +435,6 @@ func (r *Retention[K]) dropKey(i int32) {
 	}
 	r.freeGroups = append(r.freeGroups, g)
 }
+
+// IgnoresPinnedAccess returns true: the use an Access records on a pinned key is overwritten by the Unpin that makes the key evictable again. See [PinnedAccessIgnorer].
+func (p *Retention[K]) IgnoresPinnedAccess() bool { return true }

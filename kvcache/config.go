@@ -85,10 +85,10 @@ type PoolInfo struct {
 //
 // A key is pinned while a sequence uses its unit (Pin and Unpin on the
 // first and last user), and a unit that Acquire or SparseAccess finds on
-// the GPU is reported as a hit with Access, once pinned. The LRU, FIFO,
-// PrioritizedLRU and Retention of package eviction are not told: they
-// ignore Access of a pinned key, or (Retention) the Unpin that follows
-// overwrites it, so the call would change nothing.
+// the GPU is reported as a hit with Access, once pinned, unless the policy
+// declares with eviction.PinnedAccessIgnorer that Access of a pinned key
+// changes nothing (the LRU, FIFO, PrioritizedLRU and Retention of package
+// eviction do; S3-FIFO counts the hit).
 type PolicyFactory func(PoolInfo) (eviction.Policy[UnitID], error)
 
 // LRUFactory is the default PolicyFactory: an eviction.LRU per arena.

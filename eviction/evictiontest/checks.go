@@ -290,3 +290,23 @@ func checkDeterministic(t *testing.T, newPolicy policyFactory) {
 		}
 	}
 }
+
+// checkPinnedAccessIgnored holds a policy that implements
+// eviction.PinnedAccessIgnorer and claims to ignore Access of pinned keys
+// to its claim: a twin fed extra Access calls on pinned keys must choose the
+// same victims. A policy that makes no claim has nothing to check.
+func checkPinnedAccessIgnored(t *testing.T, newPolicy policyFactory) {
+	p, _ := newCase(t, newPolicy)
+	if c, ok := p.(eviction.PinnedAccessIgnorer); !ok || !c.IgnoresPinnedAccess() {
+		t.Log("the policy does not claim to ignore Access of pinned keys (eviction.PinnedAccessIgnorer): nothing to check")
+		return
+	}
+	for seed := range uint64(4) {
+		for _, prof := range profiles() {
+			d := newDriver(t, newPolicy, 2, 300+seed, prof)
+			d.injectPinnedAccess = true
+			d.run(600)
+			d.drain()
+		}
+	}
+}

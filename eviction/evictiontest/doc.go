@@ -44,6 +44,10 @@
 //   - No allocations in steady state: after a warm-up, a cycle of Access,
 //     Pin, Unpin, Evict and Insert allocates nothing
 //     (testing.AllocsPerRun reports 0).
+//   - A policy that claims, through [eviction.PinnedAccessIgnorer], that
+//     Access of a pinned key changes nothing must keep the claim: a twin fed
+//     extra Access calls on pinned keys chooses the same victims. A policy
+//     that makes no claim passes this check trivially.
 //
 // The suite uses int keys from 0 to [MaxKey], entries of sizes 1 to 4 with
 // every priority and some priority durations, and finishes in well under a

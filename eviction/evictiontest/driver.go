@@ -154,8 +154,9 @@ type driver struct {
 	invalid  []invalidEntry
 
 	// injectUnknown feeds the first policy Access/Pin/Unpin/Remove calls on
-	// keys never inserted; injectDuplicate feeds it Inserts of tracked keys.
-	injectUnknown, injectDuplicate bool
+	// keys never inserted; injectDuplicate feeds it Inserts of tracked keys;
+	// injectPinnedAccess feeds it Access calls on pinned keys.
+	injectUnknown, injectDuplicate, injectPinnedAccess bool
 	// allowDuplicates lets random Inserts pick tracked keys (all policies
 	// get them and must refuse them).
 	allowDuplicates bool
@@ -222,6 +223,11 @@ func (d *driver) run(steps int) {
 		}
 		if d.injectDuplicate && d.rng.IntN(4) == 0 && len(d.model.list) > 0 {
 			d.insert(d.pickTracked(), randomEntry(d.rng), true)
+		}
+		if d.injectPinnedAccess && len(d.model.list) > 0 {
+			if k := d.pickTracked(); d.model.keys[k].pinned {
+				d.keyed(opAccess, k, true)
+			}
 		}
 		d.checkLen()
 	}
@@ -356,7 +362,7 @@ func (d *driver) evict() {
 			continue
 		}
 		if k != o.victim || ok != o.ok {
-			if d.injectUnknown || d.injectDuplicate {
+			if d.injectUnknown || d.injectDuplicate || d.injectPinnedAccess {
 				d.fail("the operations fed to policy 0 only (marked below) changed its victims: policy 0 evicted (%d, %v), its twin %d evicted (%d, %v)", o.victim, o.ok, i, k, ok)
 			}
 			d.fail("two policies fed the same operations and clock readings disagree: policy 0 evicted (%d, %v), policy %d evicted (%d, %v)", o.victim, o.ok, i, k, ok)

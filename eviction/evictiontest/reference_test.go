@@ -50,7 +50,19 @@ func (p *slicePolicy) Insert(k int, e eviction.Entry) error {
 	return nil
 }
 
-func (p *slicePolicy) Access(int) {}
+// Access does nothing, except with the "accessPinned" bug, where it moves
+// the key to the back (the last to go), pinned or not, while
+// IgnoresPinnedAccess still claims that Access of a pinned key changes
+// nothing.
+func (p *slicePolicy) Access(k int) {
+	if i := p.find(k); i >= 0 && p.bug == "accessPinned" {
+		it := p.items[i]
+		p.items = append(slices.Delete(p.items, i, i+1), it)
+	}
+}
+
+// IgnoresPinnedAccess claims what Access does for a correct slicePolicy.
+func (p *slicePolicy) IgnoresPinnedAccess() bool { return true }
 
 func (p *slicePolicy) Pin(k int) {
 	i := p.find(k)
@@ -144,6 +156,7 @@ func TestSuiteCatchesBrokenPolicies(t *testing.T) {
 		{"allocate", []string{"NoAllocsSteadyState"}},
 		{"random", []string{"Deterministic"}},
 		{"lenEvictable", []string{"AllPinned", "RandomOps"}},
+		{"accessPinned", []string{"PinnedAccessIgnored"}},
 	}
 	for _, c := range cases {
 		t.Run(c.bug, func(t *testing.T) {

@@ -53,6 +53,7 @@ func Run(t *testing.T, newPolicy func(cfg Config) eviction.Policy[int]) {
 		{"RandomOps", checkRandomOps},
 		{"Deterministic", checkDeterministic},
 		{"NoAllocsSteadyState", checkNoAllocs},
+		{"PinnedAccessIgnored", checkPinnedAccessIgnored},
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) { c.run(t, newPolicy) })
