@@ -73,9 +73,9 @@ func (c *Cache) Admit(req Request) (Admission, error) {
 			for sl := range c.numSlices {
 				u := c.unit(n.Value, sl)
 				p := c.slicePool[sl]
-				switch c.uTier[u] {
+				switch c.uTier[c.ix(u)] {
 				case GPU:
-					if c.uPins[u] == 0 {
+					if c.uPins[c.ix(u)] == 0 {
 						pinning[p]++
 					}
 				case CPU:

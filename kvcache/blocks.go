@@ -12,8 +12,9 @@ import (
 // copy-on-write copy), how many sequences hold it, how many of its units
 // hold bytes, and what the policies are told about it.
 //
-// The units of block b are UnitID(b<<sliceShift | slice); their state lives
-// in the flat tables of Cache (uTier, uSlot, uPins), indexed by UnitID.
+// The units of block b are UnitID(gen<<genShift | b<<sliceShift | slice)
+// (see unitIDs); their state lives in the flat tables of Cache (uTier,
+// uSlot, uPins), indexed by the UnitID without its generation (ix).
 type blockRec struct {
 	node *radix.Node[int32]
 	// refs counts the sequences whose block list holds this block, of
@@ -36,6 +37,10 @@ type blockRec struct {
 	prio    int8
 	live    bool
 	prioDur time.Duration
+	// gen is the record's generation: freeing the record increments it,
+	// so that the UnitIDs of the record's next block differ from those of
+	// every block it held before (see UnitID).
+	gen uint32
 }
 
 // allocBlock returns a fresh block record with all units dropped.
@@ -55,7 +60,7 @@ func (c *Cache) allocBlock(index, chunks int, prio int, dur time.Duration) int32
 		}
 	}
 	c.blocks[b] = blockRec{index: int32(index), chunks: int32(max(chunks, index+1)),
-		prio: int8(prio), prioDur: dur, live: true}
+		prio: int8(prio), prioDur: dur, live: true, gen: c.blocks[b].gen}
 	return b
 }
 
@@ -68,19 +73,35 @@ func (c *Cache) addRef(b int32, sparse bool) {
 	}
 }
 
-// freeBlock forgets block b. Its units must hold no bytes and no pins.
+// freeBlock forgets block b. Its units must hold no bytes and no pins. The
+// record's generation moves on, so its next block gets new UnitIDs; a record
+// whose generations are used up is retired rather than reused, so that no
+// UnitID ever names two blocks.
 func (c *Cache) freeBlock(b int32) {
-	c.blocks[b] = blockRec{}
+	gen := c.blocks[b].gen
+	if gen == c.ids.maxGen {
+		c.blocks[b] = blockRec{gen: gen}
+		c.st.retiredRecords++
+		return
+	}
+	c.blocks[b] = blockRec{gen: gen + 1}
 	c.freeBlocks = append(c.freeBlocks, b)
 }
 
 // unit returns the id of slice s of block b.
 func (c *Cache) unit(b int32, s int) UnitID {
-	return UnitID(uint64(b)<<c.sliceShift | uint64(s))
+	return UnitID(c.blocks[b].gen)<<c.ids.genShift | UnitID(b)<<c.sliceShift | UnitID(s)
 }
 
+// ix returns the index of unit u in the unit tables (uTier, uSlot, uPins):
+// its record and slice, without the generation.
+func (c *Cache) ix(u UnitID) UnitID { return u & c.ids.indexMask }
+
 // blockOf returns the block of unit u.
-func (c *Cache) blockOf(u UnitID) int32 { return int32(u >> c.sliceShift) }
+func (c *Cache) blockOf(u UnitID) int32 { return int32(c.ix(u) >> c.sliceShift) }
+
+// genOf returns the generation of unit u.
+func (c *Cache) genOf(u UnitID) uint32 { return uint32(u >> c.ids.genShift) }
 
 // sliceOf returns the slice of unit u.
 func (c *Cache) sliceOf(u UnitID) int { return int(u & (1<<c.sliceShift - 1)) }

@@ -50,7 +50,8 @@ type Cache struct {
 	mover Mover
 	sink  EventSink
 
-	// Unit state, indexed by UnitID (block<<sliceShift | slice).
+	ids unitIDs
+	// Unit state, indexed by ix(UnitID) (block<<sliceShift | slice).
 	uTier []Tier
 	uSlot []int32
 	uPins []int32
@@ -129,6 +130,9 @@ func New(cfg Config) (*Cache, error) {
 		c.cost = &cm
 	}
 	c.sliceShift = uint(bits.Len(uint(c.numSlices - 1)))
+	if c.ids, err = newUnitIDs(c.sliceShift); err != nil {
+		return nil, err
+	}
 	c.pools = make([]poolGeom, len(lp))
 	for i, p := range lp {
 		c.pools[i] = poolGeom{unitBytes: p.UnitBytes, window: p.Window, unitsPerBlock: p.UnitsPerBlock}

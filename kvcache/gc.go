@@ -56,16 +56,16 @@ func (c *Cache) discardPrivate(b int32) {
 // freeUnit releases u's slot, if any, and marks it dropped without a drop
 // event: the unit was never reusable or is being forgotten.
 func (c *Cache) freeUnit(u UnitID) {
-	t := c.uTier[u]
+	t := c.uTier[c.ix(u)]
 	if t == Dropped {
 		return
 	}
 	a := c.arenaOf(t, c.poolOfUnit(u))
-	a.remove(u, t == GPU && c.uPins[u] > 0)
-	a.push(c.uSlot[u])
-	c.uTier[u] = Dropped
-	c.uSlot[u] = -1
-	c.uPins[u] = 0
+	a.remove(u, t == GPU && c.uPins[c.ix(u)] > 0)
+	a.push(c.uSlot[c.ix(u)])
+	c.uTier[c.ix(u)] = Dropped
+	c.uSlot[c.ix(u)] = -1
+	c.uPins[c.ix(u)] = 0
 	c.blocks[c.blockOf(u)].held--
 }
 

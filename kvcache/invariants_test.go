@@ -87,30 +87,30 @@ func (c *Cache) checkInvariants() error {
 		for sl := range c.numSlices {
 			u := c.unit(int32(b), sl)
 			p := c.poolOfUnit(u)
-			if c.uPins[u] != want[u] {
-				return fmt.Errorf("unit %d (block %d slice %d): %d pins, want %d", u, b, sl, c.uPins[u], want[u])
+			if c.uPins[c.ix(u)] != want[u] {
+				return fmt.Errorf("unit %d (block %d slice %d): %d pins, want %d", u, b, sl, c.uPins[c.ix(u)], want[u])
 			}
-			switch c.uTier[u] {
+			switch c.uTier[c.ix(u)] {
 			case Dropped:
-				if c.uSlot[u] != -1 || c.uPins[u] != 0 {
-					return fmt.Errorf("dropped unit %d has slot %d pins %d", u, c.uSlot[u], c.uPins[u])
+				if c.uSlot[c.ix(u)] != -1 || c.uPins[c.ix(u)] != 0 {
+					return fmt.Errorf("dropped unit %d has slot %d pins %d", u, c.uSlot[c.ix(u)], c.uPins[c.ix(u)])
 				}
 			case GPU, CPU:
 				held++
 				ti := 0
-				if c.uTier[u] == CPU {
+				if c.uTier[c.ix(u)] == CPU {
 					ti = 1
-					if c.uPins[u] != 0 {
+					if c.uPins[c.ix(u)] != 0 {
 						return fmt.Errorf("CPU unit %d is pinned", u)
 					}
 				}
-				a := c.arenaOf(c.uTier[u], p)
-				s := c.uSlot[u]
+				a := c.arenaOf(c.uTier[c.ix(u)], p)
+				s := c.uSlot[c.ix(u)]
 				if s < 0 || int(s) >= a.capacity() || a.owner[s] != u {
-					return fmt.Errorf("unit %d on %s slot %d, owner there %d", u, c.uTier[u], s, a.owner[s])
+					return fmt.Errorf("unit %d on %s slot %d, owner there %d", u, c.uTier[c.ix(u)], s, a.owner[s])
 				}
 				counts[p][ti].used++
-				if c.uPins[u] > 0 {
+				if c.uPins[c.ix(u)] > 0 {
 					counts[p][ti].pinned++
 				}
 			}

@@ -17,18 +17,18 @@ func (c *Cache) mergeBlock(s *sequence, i int, n *radix.Node[int32]) {
 	b, e := s.blocks[i], n.Value
 	for sl := range c.numSlices {
 		u, x := c.unit(b, sl), c.unit(e, sl)
-		if c.uTier[u] != GPU {
+		if c.uTier[c.ix(u)] != GPU {
 			// s does not pin this unit (outside its window): n's unit
 			// stays as it is.
 			continue
 		}
 		p := c.poolOfUnit(u)
 		ga := c.gpu[p]
-		pins, slot := c.uPins[u], c.uSlot[u]
+		pins, slot := c.uPins[c.ix(u)], c.uSlot[c.ix(u)]
 		ga.remove(u, pins > 0)
-		c.uTier[u], c.uSlot[u], c.uPins[u] = Dropped, -1, 0
+		c.uTier[c.ix(u)], c.uSlot[c.ix(u)], c.uPins[c.ix(u)] = Dropped, -1, 0
 		c.blocks[b].held--
-		if c.uTier[x] == GPU {
+		if c.uTier[c.ix(x)] == GPU {
 			ga.push(slot)
 			for range pins {
 				c.pinUnit(x)
@@ -43,17 +43,17 @@ func (c *Cache) mergeBlock(s *sequence, i int, n *radix.Node[int32]) {
 			ga.push(slot)
 			continue
 		}
-		switch c.uTier[x] {
+		switch c.uTier[c.ix(x)] {
 		case CPU:
 			ca := c.cpu[p]
 			ca.remove(x, false)
-			ca.push(c.uSlot[x])
+			ca.push(c.uSlot[c.ix(x)])
 			c.emitTier(x, CPU, GPU)
 		case Dropped:
 			c.blocks[e].held++
 			c.emitTier(x, Dropped, GPU)
 		}
-		c.uTier[x], c.uSlot[x], c.uPins[x] = GPU, slot, pins
+		c.uTier[c.ix(x)], c.uSlot[c.ix(x)], c.uPins[c.ix(x)] = GPU, slot, pins
 	}
 	for j, u := range s.stepPins {
 		if c.blockOf(u) == b {

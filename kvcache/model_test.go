@@ -270,7 +270,7 @@ func (h *harness) checkLedger() {
 		tiers, ok := h.routed[n.Hash()]
 		require.True(h.t, ok, "step %d: the router does not know block %x", h.steps, n.Hash())
 		for sl := range c.numSlices {
-			require.Equal(h.t, c.uTier[c.unit(n.Value, sl)], tiers[sl], "step %d: router's tier of block %x slice %d", h.steps, n.Hash(), sl)
+			require.Equal(h.t, c.uTier[c.ix(c.unit(n.Value, sl))], tiers[sl], "step %d: router's tier of block %x slice %d", h.steps, n.Hash(), sl)
 		}
 	}
 }
@@ -299,13 +299,13 @@ func (h *harness) predictAcquire(req Request) (expectedAcquire, int) {
 	for i, n := range nodes {
 		dropped := false
 		for sl := range c.numSlices {
-			dropped = dropped || c.uTier[c.unit(n.Value, sl)] == Dropped
+			dropped = dropped || c.uTier[c.ix(c.unit(n.Value, sl))] == Dropped
 		}
 		if dropped {
 			e.recompute += min((i+1)*B, len(req.Tokens)) - i*B
 		}
 		for sl := range c.numSlices {
-			switch t := c.uTier[c.unit(n.Value, sl)]; {
+			switch t := c.uTier[c.ix(c.unit(n.Value, sl))]; {
 			case t == GPU:
 				e.hits++
 			case t == CPU && !dropped:
@@ -376,7 +376,7 @@ func (h *harness) snapshot() snapshot {
 		var state []string
 		for sl := range c.numSlices {
 			u := c.unit(int32(b), sl)
-			state = append(state, fmt.Sprintf("%s/%d/%d", c.uTier[u], c.uSlot[u], c.uPins[u]))
+			state = append(state, fmt.Sprintf("%s/%d/%d", c.uTier[c.ix(u)], c.uSlot[c.ix(u)], c.uPins[c.ix(u)]))
 		}
 		s.units[key] = fmt.Sprintf("refs %d held %d %v", r.refs, r.held, state)
 	}
@@ -399,8 +399,8 @@ func (h *harness) pinnedSlots() map[string]string {
 		}
 		for sl := range c.numSlices {
 			u := c.unit(int32(b), sl)
-			if c.uPins[u] > 0 {
-				out[fmt.Sprintf("%x/%d", r.node.Hash(), sl)] = fmt.Sprintf("%s/%d", c.uTier[u], c.uSlot[u])
+			if c.uPins[c.ix(u)] > 0 {
+				out[fmt.Sprintf("%x/%d", r.node.Hash(), sl)] = fmt.Sprintf("%s/%d", c.uTier[c.ix(u)], c.uSlot[c.ix(u)])
 			}
 		}
 	}
@@ -523,10 +523,10 @@ func (h *harness) checkBytes() {
 		ph := prefixHashes(keys, tokens)
 		for sl := range c.numSlices {
 			u := c.unit(int32(b), sl)
-			if c.uTier[u] == Dropped {
+			if c.uTier[c.ix(u)] == Dropped {
 				continue
 			}
-			buf := h.store.Bytes(c.uTier[u], c.poolOfUnit(u), c.uSlot[u])
+			buf := h.store.Bytes(c.uTier[c.ix(u)], c.poolOfUnit(u), c.uSlot[c.ix(u)])
 			for o := range int64(len(buf)) {
 				t := int((o / str.Token) % int64(B))
 				if t >= valid {
@@ -534,7 +534,7 @@ func (h *harness) checkBytes() {
 				}
 				if buf[o] != expectedByte(ph[idx*B+t], sl, o) {
 					h.t.Fatalf("step %d: block %d (index %d, tree %t) slice %d on %s slot %d: byte %d corrupted",
-						h.steps, b, idx, r.node != nil, sl, c.uTier[u], c.uSlot[u], o)
+						h.steps, b, idx, r.node != nil, sl, c.uTier[c.ix(u)], c.uSlot[c.ix(u)], o)
 				}
 			}
 		}
@@ -666,7 +666,7 @@ func (h *harness) partlyDropped() map[uint64]bool {
 			continue
 		}
 		for sl := range c.numSlices {
-			if c.uTier[c.unit(n.Value, sl)] == Dropped {
+			if c.uTier[c.ix(c.unit(n.Value, sl))] == Dropped {
 				out[n.Hash()] = true
 				break
 			}

@@ -278,7 +278,8 @@ func TestPolicyEvictsWhatItMustNot(t *testing.T) {
 			var cpu UnitID
 			for u, tier := range c.uTier {
 				if tier == CPU {
-					cpu = UnitID(u)
+					b := int32(u >> c.sliceShift)
+					cpu = c.unit(b, c.sliceOf(UnitID(u)))
 				}
 			}
 			c.mu.Unlock()

@@ -6,6 +6,7 @@ type counters struct {
 	bytesMoved                 int64
 	recomputed                 int64
 	stored, removed            uint64
+	retiredRecords             uint64
 }
 
 // TierStats describes one tier, summed over its pools. Slots are unit slots:

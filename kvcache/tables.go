@@ -32,14 +32,14 @@ func (c *Cache) BlockTable(dst []int32, id SeqID, s int) ([]int32, error) {
 		// The sequence's own pins: blocks[pinLo[p]:pinHi] in the slice's
 		// pool (pinned units are on the GPU).
 		if i >= int(q.pinLo[p]) && i < q.pinHi {
-			dst = append(dst, c.uSlot[c.unit(b, s)])
+			dst = append(dst, c.uSlot[c.ix(c.unit(b, s))])
 		} else {
 			dst = append(dst, -1)
 		}
 	}
 	for _, u := range q.stepPins {
 		if c.sliceOf(u) == s {
-			dst[start+int(c.blocks[c.blockOf(u)].index)] = c.uSlot[u]
+			dst[start+int(c.blocks[c.blockOf(u)].index)] = c.uSlot[c.ix(u)]
 		}
 	}
 	return dst, nil
@@ -78,8 +78,8 @@ func (c *Cache) Locate(id SeqID, block, slice int) (UnitLocation, error) {
 	b := q.blocks[block]
 	u := c.unit(b, slice)
 	r := &c.blocks[b]
-	return UnitLocation{Tier: c.uTier[u], Pool: int(c.slicePool[slice]), Slot: c.uSlot[u],
-		Pinned: c.uPins[u] > 0, Shared: r.node != nil || r.refs > 1}, nil
+	return UnitLocation{Tier: c.uTier[c.ix(u)], Pool: int(c.slicePool[slice]), Slot: c.uSlot[c.ix(u)],
+		Pinned: c.uPins[c.ix(u)] > 0, Shared: r.node != nil || r.refs > 1}, nil
 }
 
 // SequenceTokens appends the tokens of sequence id to dst. It returns dst

@@ -108,23 +108,23 @@ func (t *txn) log(k undoKind, tier Tier, pool int, slot int32, u UnitID) {
 
 // pinUnit adds a pin to u, which is on the GPU.
 func (c *Cache) pinUnit(u UnitID) {
-	c.uPins[u]++
-	if c.uPins[u] == 1 {
+	c.uPins[c.ix(u)]++
+	if c.uPins[c.ix(u)] == 1 {
 		c.gpu[c.poolOfUnit(u)].pin(u)
 	}
 }
 
 // unpinUnit removes a pin from u, which is on the GPU.
 func (c *Cache) unpinUnit(u UnitID) {
-	c.uPins[u]--
-	if c.uPins[u] == 0 {
+	c.uPins[c.ix(u)]--
+	if c.uPins[c.ix(u)] == 0 {
 		c.gpu[c.poolOfUnit(u)].unpin(u)
 	}
 }
 
 // classify returns the action that pins u on the GPU given its tier.
 func (c *Cache) classify(u UnitID) action {
-	switch c.uTier[u] {
+	switch c.uTier[c.ix(u)] {
 	case GPU:
 		return actHit
 	case CPU:
@@ -136,14 +136,14 @@ func (c *Cache) classify(u UnitID) action {
 // addNeed queues u to be pinned on the GPU.
 func (c *Cache) addNeed(u UnitID) action {
 	a := c.classify(u)
-	c.tx.needs = append(c.tx.needs, need{u: u, act: a, slot: c.uSlot[u]})
+	c.tx.needs = append(c.tx.needs, need{u: u, act: a, slot: c.uSlot[c.ix(u)]})
 	return a
 }
 
 // addCopyNeed queues u (with no bytes) to get a GPU slot filled from src;
 // when src has no bytes either, u is fresh (to compute).
 func (c *Cache) addCopyNeed(u, src UnitID) action {
-	if c.uTier[src] == Dropped {
+	if c.uTier[c.ix(src)] == Dropped {
 		c.tx.needs = append(c.tx.needs, need{u: u, act: actFresh})
 		return actFresh
 	}
@@ -179,7 +179,7 @@ func (c *Cache) runTxn() error {
 			c.cpu[p].pin(n.u)
 			t.log(undoCPUPin, CPU, p, 0, n.u)
 		case actCopy:
-			switch c.uTier[n.src] {
+			switch c.uTier[c.ix(n.src)] {
 			case GPU:
 				c.pinUnit(n.src)
 				t.log(undoPin, GPU, p, 0, n.src)
@@ -213,13 +213,13 @@ func (c *Cache) runTxn() error {
 		if err := a.insert(n.u, c.entryOf(n.u), true); err != nil {
 			return c.abort(c.poison(a, "Insert of unit %d: %w", n.u, err))
 		}
-		c.uPins[n.u] = 1
+		c.uPins[c.ix(n.u)] = 1
 		t.log(undoInsert, GPU, p, s, n.u)
 		switch n.act {
 		case actOnboard:
-			t.batch = append(t.batch, Copy{Pool: p, From: CPU, FromSlot: c.uSlot[n.u], To: GPU, ToSlot: s})
+			t.batch = append(t.batch, Copy{Pool: p, From: CPU, FromSlot: c.uSlot[c.ix(n.u)], To: GPU, ToSlot: s})
 		case actCopy:
-			t.batch = append(t.batch, Copy{Pool: p, From: c.uTier[n.src], FromSlot: c.uSlot[n.src], To: GPU, ToSlot: s})
+			t.batch = append(t.batch, Copy{Pool: p, From: c.uTier[c.ix(n.src)], FromSlot: c.uSlot[c.ix(n.src)], To: GPU, ToSlot: s})
 		}
 	}
 	if len(t.batch) > 0 && c.mover != nil {
@@ -249,7 +249,7 @@ func (c *Cache) takeGPU(p int) (int32, error) {
 		a.tracked++ // no unit of the arena left
 		return 0, c.poison(a, "Evict returned %d, not an evictable unit of the arena", v)
 	}
-	s := c.uSlot[v]
+	s := c.uSlot[c.ix(v)]
 	t.log(undoSlot, GPU, p, s, v)
 	to := int32(-1)
 	if c.shouldOffload(v, p) {
@@ -295,7 +295,7 @@ func (c *Cache) takeCPU(p int) (int32, bool, error) {
 		a.tracked++ // no unit of the arena left
 		return 0, false, c.poison(a, "Evict returned %d, not an evictable unit of the arena", v)
 	}
-	s := c.uSlot[v]
+	s := c.uSlot[c.ix(v)]
 	t.log(undoSlot, CPU, p, s, v)
 	c.blocks[c.blockOf(v)].txDrops++
 	t.cpuVictims = append(t.cpuVictims, victim{u: v, pool: int32(p), slot: s, to: -1})
@@ -309,17 +309,22 @@ func (c *Cache) takeCPU(p int) (int32, bool, error) {
 // CPU arena by the running transaction (an onboard or copy source) is not
 // detected.
 func (c *Cache) isVictim(a *arena, v UnitID) bool {
-	if uint64(v) >= uint64(len(c.uTier)) || c.sliceOf(v) >= c.numSlices {
+	if uint64(c.ix(v)) >= uint64(len(c.uTier)) || c.sliceOf(v) >= c.numSlices {
 		return false
 	}
-	if c.uTier[v] != a.tier || c.poolOfUnit(v) != a.pool {
+	if b := c.blockOf(v); !c.blocks[b].live || c.unit(b, c.sliceOf(v)) != v {
+		// A unit of a block forgotten since (its record's generation
+		// moved on), or garbage in the generation bits.
 		return false
 	}
-	s := c.uSlot[v]
+	if c.uTier[c.ix(v)] != a.tier || c.poolOfUnit(v) != a.pool {
+		return false
+	}
+	s := c.uSlot[c.ix(v)]
 	if s < 0 || int(s) >= a.capacity() || a.owner[s] != v {
 		return false
 	}
-	return a.tier != GPU || c.uPins[v] == 0
+	return a.tier != GPU || c.uPins[c.ix(v)] == 0
 }
 
 // shouldOffload decides whether GPU victim v of pool p goes to the CPU.
@@ -366,7 +371,7 @@ func (c *Cache) undoOne(r undoRec) {
 	case undoInsert:
 		c.arenaOf(r.tier, int(r.pool)).remove(r.u, true)
 		if r.tier == GPU {
-			c.uPins[r.u] = 0
+			c.uPins[c.ix(r.u)] = 0
 		}
 	case undoSlot:
 		a := c.arenaOf(r.tier, int(r.pool))
@@ -414,8 +419,8 @@ func (c *Cache) rollback() {
 
 // dropUnit marks u as having no bytes; its slot was already released.
 func (c *Cache) dropUnit(u UnitID) {
-	c.uTier[u] = Dropped
-	c.uSlot[u] = -1
+	c.uTier[c.ix(u)] = Dropped
+	c.uSlot[c.ix(u)] = -1
 	b := c.blockOf(u)
 	c.blocks[b].held--
 	if c.blocks[b].held == 0 {
@@ -433,8 +438,8 @@ func (c *Cache) commit() {
 		a.evictions++
 		if v.to >= 0 {
 			c.cpu[v.pool].unpin(v.u)
-			c.uTier[v.u] = CPU
-			c.uSlot[v.u] = v.to
+			c.uTier[c.ix(v.u)] = CPU
+			c.uSlot[c.ix(v.u)] = v.to
 			c.st.offloads++
 			c.st.bytesMoved += c.pools[v.pool].unitBytes
 			c.emitTier(v.u, GPU, CPU)
@@ -460,7 +465,7 @@ func (c *Cache) commit() {
 		p := c.poolOfUnit(n.u)
 		switch n.act {
 		case actOnboard:
-			cs := c.uSlot[n.u]
+			cs := c.uSlot[c.ix(n.u)]
 			c.cpu[p].remove(n.u, true)
 			c.cpu[p].push(cs)
 			c.st.onboards++
@@ -470,7 +475,7 @@ func (c *Cache) commit() {
 			// Its CPU bytes are given up (no copy, no onboard) and the
 			// server recomputes it into the new GPU slot: for a router,
 			// the unit was dropped and then restored.
-			cs := c.uSlot[n.u]
+			cs := c.uSlot[c.ix(n.u)]
 			c.cpu[p].remove(n.u, true)
 			c.cpu[p].push(cs)
 			c.emitTier(n.u, CPU, Dropped)
@@ -483,8 +488,8 @@ func (c *Cache) commit() {
 			c.blocks[c.blockOf(n.u)].held++
 			c.emitTier(n.u, Dropped, GPU)
 		}
-		c.uTier[n.u] = GPU
-		c.uSlot[n.u] = n.slot
+		c.uTier[c.ix(n.u)] = GPU
+		c.uSlot[c.ix(n.u)] = n.slot
 	}
 	for _, u := range t.tempGPU {
 		c.unpinUnit(u)

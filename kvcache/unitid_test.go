@@ -1,0 +1,103 @@
+package kvcache
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/kvtier/kvtier/eviction"
+	"github.com/kvtier/kvtier/layout"
+	"github.com/stretchr/testify/require"
+)
+
+// insertLog wraps a policy and remembers every key ever inserted into it.
+type insertLog struct {
+	eviction.Policy[UnitID]
+	seen  map[UnitID]int
+	twice []UnitID
+}
+
+func (p *insertLog) Insert(k UnitID, e eviction.Entry) error {
+	p.seen[k]++
+	if p.seen[k] == 2 {
+		p.twice = append(p.twice, k)
+	}
+	return p.Policy.Insert(k, e)
+}
+
+// TestUnitIDNamesOneBlock: block records are reused, but a UnitID names one
+// block for the cache's lifetime, so with prompts that never repeat no
+// policy sees a key inserted twice (a policy with ghosts or counts would
+// otherwise mix a new block's history with an old one's), Clear included.
+// It also checks S3-FIFO's symptom: with keys reused, a brand-new block was
+// found in the ghost queue and promoted straight to main.
+func TestUnitIDNamesOneBlock(t *testing.T) {
+	for _, cpu := range []Capacity{{}, {Units: 8}} {
+		t.Run(fmt.Sprintf("cpu-%d", cpu.Units), func(t *testing.T) {
+			l := tinyLayout(t, layout.AllLayers, nil) // one unit per block
+			var logs []*insertLog
+			factory := func(info PoolInfo) (eviction.Policy[UnitID], error) {
+				p, err := S3FIFOFactory(eviction.S3FIFOConfig{})(info)
+				if err != nil {
+					return nil, err
+				}
+				lg := &insertLog{Policy: p, seen: map[UnitID]int{}}
+				logs = append(logs, lg)
+				return lg, nil
+			}
+			c, err := New(Config{Layout: l, GPU: Capacity{Units: 20}, CPU: cpu, GPUPolicy: factory, CPUPolicy: factory})
+			require.NoError(t, err)
+			for i := range 400 {
+				// One-block prompts that never repeat.
+				p, err := c.Acquire(Request{Tokens: seqTokens(4, uint32(1000+4*i))})
+				require.NoError(t, err)
+				require.NoError(t, c.Release(p.Seq))
+				if i == 200 {
+					require.NoError(t, c.Clear())
+				}
+			}
+			for _, lg := range logs {
+				require.Empty(t, lg.twice, "keys inserted twice into one policy")
+			}
+		})
+	}
+}
+
+// TestUnitIDOfAFreedBlockIsStale: a policy that returns, from Evict, the
+// key of a unit whose block was forgotten (its record reused since) names
+// no unit: the cache reports ErrPolicy instead of evicting the record's new
+// block.
+func TestUnitIDOfAFreedBlockIsStale(t *testing.T) {
+	l := tinyLayout(t, layout.AllLayers, nil)
+	var gp *lyingPolicy
+	factory := func(info PoolInfo) (eviction.Policy[UnitID], error) {
+		p := &lyingPolicy{Policy: eviction.NewLRU[UnitID]()}
+		if info.Tier == GPU {
+			gp = p
+		}
+		return p, nil
+	}
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: 2}, GPUPolicy: factory})
+	require.NoError(t, err)
+	a, err := c.Acquire(Request{Tokens: seqTokens(4, 0)})
+	require.NoError(t, err)
+	c.mu.Lock()
+	old := c.unit(c.seqs[a.Seq].blocks[0], 0)
+	c.mu.Unlock()
+	require.NoError(t, c.Release(a.Seq))
+	require.NoError(t, c.Clear()) // the record is free; the next block reuses it
+	b, err := c.Acquire(Request{Tokens: seqTokens(4, 100)})
+	require.NoError(t, err)
+	require.NoError(t, c.Release(b.Seq))
+	c.mu.Lock()
+	require.NotEqual(t, old, c.unit(c.blocks[0].node.Value, 0), "a reused record gets a new UnitID")
+	c.mu.Unlock()
+	_, err = c.Acquire(Request{Tokens: seqTokens(4, 200)})
+	require.NoError(t, err)
+	gp.lie = func() (UnitID, bool) { return old, true }
+	gp.armed = true
+	before := c.Stats()
+	_, err = c.Acquire(Request{Tokens: seqTokens(4, 300)})
+	require.ErrorIs(t, err, ErrPolicy)
+	require.Equal(t, before, c.Stats())
+	require.NoError(t, c.checkInvariants())
+}
