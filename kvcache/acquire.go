@@ -35,12 +35,13 @@ import (
 // extra keys, ErrNoSpace when the GPU cannot supply the slots (everything
 // else pinned) and ErrCopyFailed when the Mover failed; the cache is then
 // unchanged. A policy that broke its contract makes it fail with ErrPolicy.
-func (c *Cache) Acquire(req Request) (Plan, error) {
+func (c *Cache) Acquire(req Request) (_ Plan, err error) {
 	if err := req.Priorities.validate(); err != nil {
 		return Plan{}, err
 	}
 	c.mu.Lock()
 	defer c.unlock()
+	defer c.reportBreach(&err)
 	if c.poisoned != nil {
 		return Plan{}, c.poisoned
 	}
@@ -203,7 +204,7 @@ func (c *Cache) countAccess() {
 		case actHit:
 			c.gpu[p].hits++
 			if a := c.gpu[p]; a.tellHits {
-				a.policy.Access(n.u)
+				a.policyAccess(n.u)
 			}
 		case actOnboard:
 			c.gpu[p].misses++

@@ -111,9 +111,10 @@ func (c *Cache) Admit(req Request) (Admission, error) {
 // Clear forgets every cached block (an AllCleared event), like vLLM's prefix
 // cache reset. It needs an idle cache: it returns an error wrapping ErrBusy
 // while sequences are live.
-func (c *Cache) Clear() error {
+func (c *Cache) Clear() (err error) {
 	c.mu.Lock()
 	defer c.unlock()
+	defer c.reportBreach(&err)
 	if c.poisoned != nil {
 		return c.poisoned
 	}

@@ -18,9 +18,10 @@ import "github.com/kvtier/kvtier/radix"
 // Append with no tokens does nothing. It returns an error wrapping
 // ErrUnknownSequence, ErrNoSpace or ErrCopyFailed; the sequence is then
 // unchanged.
-func (c *Cache) Append(id SeqID, tokens ...uint32) (Plan, error) {
+func (c *Cache) Append(id SeqID, tokens ...uint32) (_ Plan, err error) {
 	c.mu.Lock()
 	defer c.unlock()
+	defer c.reportBreach(&err)
 	s, err := c.lookupToChange(id)
 	if err != nil {
 		return Plan{}, err

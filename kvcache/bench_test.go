@@ -10,7 +10,7 @@ import (
 )
 
 func BenchmarkSlotAllocFree(b *testing.B) {
-	a := newArena(GPU, 0, 1<<16, eviction.NewLRU[UnitID]())
+	a := newArena(nil, GPU, 0, 1<<16, eviction.NewLRU[UnitID]())
 	b.ReportAllocs()
 	for b.Loop() {
 		s, _ := a.pop()

@@ -179,11 +179,11 @@ func New(cfg Config) (*Cache, error) {
 		cpuFactory = LRUFactory
 	}
 	for p := range lp {
-		ga, err := makeArena(GPU, p, gpuSlots[p], lp[p].UnitBytes, clock, gpuFactory)
+		ga, err := c.makeArena(GPU, p, gpuSlots[p], lp[p].UnitBytes, clock, gpuFactory)
 		if err != nil {
 			return nil, err
 		}
-		ca, err := makeArena(CPU, p, cpuSlots[p], lp[p].UnitBytes, clock, cpuFactory)
+		ca, err := c.makeArena(CPU, p, cpuSlots[p], lp[p].UnitBytes, clock, cpuFactory)
 		if err != nil {
 			return nil, err
 		}
@@ -197,18 +197,18 @@ func New(cfg Config) (*Cache, error) {
 	return c, nil
 }
 
-func makeArena(t Tier, pool, slots int, unitBytes int64, clock eviction.Clock, f PolicyFactory) (*arena, error) {
-	p, err := f(PoolInfo{Tier: t, Pool: pool, Slots: slots, UnitBytes: unitBytes, Clock: clock})
+func (c *Cache) makeArena(t Tier, pool, slots int, unitBytes int64, clock eviction.Clock, f PolicyFactory) (*arena, error) {
+	p, n, err := callFactory(f, PoolInfo{Tier: t, Pool: pool, Slots: slots, UnitBytes: unitBytes, Clock: clock})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s policy of pool %d: %w", ErrInvalidConfig, t, pool, err)
 	}
 	if p == nil {
 		return nil, fmt.Errorf("%w: %s policy factory returned nil for pool %d", ErrInvalidConfig, t, pool)
 	}
-	if p.Len() != 0 {
-		return nil, fmt.Errorf("%w: %s policy of pool %d is not empty (%d keys)", ErrInvalidConfig, t, pool, p.Len())
+	if n != 0 {
+		return nil, fmt.Errorf("%w: %s policy of pool %d is not empty (%d keys)", ErrInvalidConfig, t, pool, n)
 	}
-	return newArena(t, pool, slots, p), nil
+	return newArena(c, t, pool, slots, p), nil
 }
 
 // arenaOf returns the arena of tier t and pool p.

@@ -52,6 +52,7 @@ type scratch struct {
 	fresh  []int
 	blocks []int32
 	units  []UnitID
+	lost   []Copy
 }
 
 // queuePinDiff queues into the transaction what takes a sequence from

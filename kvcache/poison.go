@@ -25,6 +25,16 @@ func (c *Cache) poison(a *arena, format string, args ...any) error {
 	return c.poisoned
 }
 
+// poisonWith records err, a panic of user code that decides eviction (a
+// policy or the cost model), as the cause of the poison, unless the cache
+// is poisoned already, and returns the poison error.
+func (c *Cache) poisonWith(err error) error {
+	if c.poisoned == nil {
+		c.poisoned = fmt.Errorf("%w: %w", ErrPolicy, err)
+	}
+	return c.poisoned
+}
+
 // abort rolls the running transaction back and returns err, or the poison
 // error when the policy refused to take a victim back during the rollback
 // (err is then only named).
@@ -34,4 +44,13 @@ func (c *Cache) abort(err error) error {
 		return fmt.Errorf("%w (rolling back after: %v)", c.poisoned, err)
 	}
 	return err
+}
+
+// reportBreach is deferred by every mutating method: an operation during
+// which a policy broke its contract (a panic in a call that returns
+// nothing, such as Unpin) returns the poison error even if it completed.
+func (c *Cache) reportBreach(err *error) {
+	if *err == nil && c.poisoned != nil {
+		*err = c.poisoned
+	}
 }

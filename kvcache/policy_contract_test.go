@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvtier/kvtier/eviction"
 	"github.com/kvtier/kvtier/layout"
+	"github.com/kvtier/kvtier/radix"
 	"github.com/stretchr/testify/require"
 )
 
@@ -324,6 +325,52 @@ func TestCPUPolicyEvictsGarbage(t *testing.T) {
 	require.NotPanics(t, func() { _, err = c.Acquire(Request{Tokens: seqTokens(4, 200)}) })
 	require.ErrorIs(t, err, ErrPolicy)
 	require.ErrorContains(t, err, "cpu policy of pool 0: Evict returned 1099511627776")
+	require.Equal(t, before, c.Stats())
+	require.NoError(t, c.checkInvariants())
+}
+
+// TestCPUPolicyEvictsAPinnedUnit: the CPU policy's Evict returns a unit the
+// running operation has pinned in the CPU arena (a unit being onboarded)
+// while the cache makes room there for a GPU victim's offload. Before the
+// pin check covered the CPU arena, the victim's offload took the onboard
+// source's slot (the onboard then read the victim's bytes) and the commit
+// pushed slot -1 and panicked. It must be ErrPolicy with nothing changed.
+func TestCPUPolicyEvictsAPinnedUnit(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil) // two units per block
+	gpu, cpu := Capacity{Units: 4}, Capacity{Units: 4}
+	store, err := NewMemoryStore(l, gpu, cpu)
+	require.NoError(t, err)
+	var cp *lyingPolicy
+	factory := func(info PoolInfo) (eviction.Policy[UnitID], error) {
+		p := &lyingPolicy{Policy: eviction.NewLRU[UnitID]()}
+		if info.Tier == CPU {
+			cp = p
+		}
+		return p, nil
+	}
+	c, err := New(Config{Layout: l, GPU: gpu, CPU: cpu, GPUPolicy: factory, CPUPolicy: factory, Mover: store})
+	require.NoError(t, err)
+	x := seqTokens(4, 0)
+	for _, base := range []uint32{0, 100, 200, 300} {
+		// x, then three blocks that push x and the next one to the CPU.
+		p, err := c.Acquire(Request{Tokens: seqTokens(4, base)})
+		require.NoError(t, err)
+		require.NoError(t, c.Release(p.Seq))
+	}
+	st := c.Stats()
+	require.Equal(t, int64(4), st.CPU.Cached, "x and the second block are on the CPU")
+	c.mu.Lock()
+	nodes, err := c.tree.Match(nil, radix.Keys{}, x, nil)
+	require.NoError(t, err)
+	onboarding := c.unit(nodes[0].Value, 0)
+	require.Equal(t, CPU, c.uTier[c.ix(onboarding)])
+	c.mu.Unlock()
+	cp.lie = func() (UnitID, bool) { return onboarding, true }
+	cp.armed = true
+	before := c.Stats()
+	require.NotPanics(t, func() { _, err = c.Acquire(Request{Tokens: x}) })
+	require.ErrorIs(t, err, ErrPolicy)
+	require.ErrorContains(t, err, "cpu policy of pool 0: Evict returned")
 	require.Equal(t, before, c.Stats())
 	require.NoError(t, c.checkInvariants())
 }

@@ -24,17 +24,35 @@ type arena struct {
 	policy  eviction.Policy[UnitID]
 	tracked int
 	pinned  int
+	// txPinned marks the slots whose unit the running transaction pinned
+	// in this arena while it stays resident here: CPU units being
+	// onboarded or recomputed and copy-on-write sources. Their pins live
+	// in the policy only (uPins counts GPU pins), so this is how isVictim
+	// refuses them if the policy returns one anyway.
+	txPinned []bool
 	// tellHits says whether hits are reported to the policy (see
 	// tellsHits).
 	tellHits bool
+	// txPolicy is the policy when it implements eviction.Transactional:
+	// a rollback then undoes the policy's calls exactly (see rollback).
+	txPolicy transactional
+	// broken is the panic of the policy, once it has panicked: its state
+	// is unknown, so it is not called again (the cache is poisoned).
+	broken *PanicError
+	// replaying is set while a rollback replays the undo log of a
+	// transactional policy, which undoes its own calls.
+	replaying bool
+	// cache is the owner, poisoned when the policy panics.
+	cache *Cache
 
 	// counters for Stats
-	hits, misses, evictions, drops uint64
+	hits, misses, evictions, drops, lost uint64
 }
 
-func newArena(tier Tier, pool, slots int, p eviction.Policy[UnitID]) *arena {
-	a := &arena{tier: tier, pool: pool, policy: p, tellHits: tellsHits(p),
-		free: make([]int32, slots), owner: make([]UnitID, slots)}
+func newArena(c *Cache, tier Tier, pool, slots int, p eviction.Policy[UnitID]) *arena {
+	tp, _ := p.(transactional)
+	a := &arena{cache: c, tier: tier, pool: pool, policy: p, tellHits: tellsHits(p), txPolicy: tp,
+		free: make([]int32, slots), owner: make([]UnitID, slots), txPinned: make([]bool, slots)}
 	for i := range a.free {
 		// Pop order is slot 0 first: slots fill from the bottom.
 		a.free[i] = int32(slots - 1 - i)
@@ -66,36 +84,56 @@ func (a *arena) pop() (int32, bool) {
 // push returns slot s to the free list.
 func (a *arena) push(s int32) {
 	a.owner[s] = noUnit
+	a.txPinned[s] = false
 	a.free = append(a.free, s)
 }
 
+// muted reports whether the arena's policy is not to be called: it has
+// panicked (broken), or a rollback it undoes itself is replaying.
+func (a *arena) muted() bool { return a.broken != nil || a.replaying }
+
 // insert starts tracking u, pinned or not. It fails only when the policy
-// refuses the key (a full policy, or a custom policy's own rule).
+// refuses the key (a full policy, or a custom policy's own rule); a policy
+// that panics (or has) is no longer asked, and the arena counts u as
+// tracked all the same, so that the accounting stays exact.
 func (a *arena) insert(u UnitID, e eviction.Entry, pinned bool) error {
-	if err := a.policy.Insert(u, e); err != nil {
+	if err := a.policyInsert(u, e); err != nil && a.broken == nil {
 		return err
 	}
 	a.tracked++
 	if pinned {
-		a.policy.Pin(u)
+		a.policyPin(u)
 		a.pinned++
 	}
 	return nil
 }
 
 func (a *arena) pin(u UnitID) {
-	a.policy.Pin(u)
+	a.policyPin(u)
 	a.pinned++
 }
 
 func (a *arena) unpin(u UnitID) {
-	a.policy.Unpin(u)
+	a.policyUnpin(u)
 	a.pinned--
+}
+
+// pinResident pins u, which holds slot s of the arena, for the running
+// transaction (see txPinned).
+func (a *arena) pinResident(u UnitID, s int32) {
+	a.pin(u)
+	a.txPinned[s] = true
+}
+
+// unpinResident undoes pinResident.
+func (a *arena) unpinResident(u UnitID, s int32) {
+	a.unpin(u)
+	a.txPinned[s] = false
 }
 
 // remove stops tracking u; pinned says whether it was pinned.
 func (a *arena) remove(u UnitID, pinned bool) {
-	a.policy.Remove(u)
+	a.policyRemove(u)
 	a.tracked--
 	if pinned {
 		a.pinned--
@@ -115,9 +153,16 @@ func tellsHits(p eviction.Policy[UnitID]) bool {
 
 // evict asks the policy for a victim.
 func (a *arena) evict() (UnitID, bool) {
-	u, ok := a.policy.Evict()
+	u, ok := a.policyEvict()
 	if ok {
 		a.tracked--
 	}
 	return u, ok
+}
+
+// transactional is eviction.Transactional's method set. TODO(lead): use eviction.Transactional.
+type transactional interface {
+	Begin()
+	Commit()
+	Rollback()
 }

@@ -17,9 +17,10 @@ import (
 //
 // It returns an error wrapping ErrUnknownSequence for an id that is not
 // live.
-func (c *Cache) Release(id SeqID) error {
+func (c *Cache) Release(id SeqID) (err error) {
 	c.mu.Lock()
 	defer c.unlock()
+	defer c.reportBreach(&err)
 	s, err := c.lookupToChange(id)
 	if err != nil {
 		return err

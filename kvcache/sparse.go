@@ -63,9 +63,10 @@ func (r *SparseResult) reset() {
 // (len(heads) is not the model's query heads, or res is nil), ErrOutOfRange
 // (bad layer or block), ErrNoSpace or ErrCopyFailed; nothing is then changed
 // and the previous pins stay.
-func (c *Cache) SparseAccess(id SeqID, layer int, heads [][]int64, res *SparseResult) error {
+func (c *Cache) SparseAccess(id SeqID, layer int, heads [][]int64, res *SparseResult) (err error) {
 	c.mu.Lock()
 	defer c.unlock()
+	defer c.reportBreach(&err)
 	s, err := c.lookupToChange(id)
 	if err != nil {
 		return err

@@ -29,6 +29,9 @@ type TierStats struct {
 	// Evictions counts the victims the tier's policies chose; Drops those
 	// of them that were dropped (a GPU victim can instead be offloaded).
 	Evictions, Drops uint64
+	// Lost counts units dropped because a Mover panicked during a batch
+	// that would have written their slots: their bytes are unknown.
+	Lost uint64
 }
 
 // HitRate returns Hits / (Hits + Misses), or 0 before any lookup.
@@ -98,4 +101,5 @@ func addArena(t *TierStats, a *arena, unit int64) {
 	t.Misses += a.misses
 	t.Evictions += a.evictions
 	t.Drops += a.drops
+	t.Lost += a.lost
 }

@@ -22,9 +22,10 @@ import (
 // It returns an error wrapping ErrUnknownSequence, ErrOutOfRange (n
 // negative or more than the sequence holds), ErrNoSpace or ErrCopyFailed;
 // the sequence is then unchanged.
-func (c *Cache) Truncate(id SeqID, n int) (Plan, error) {
+func (c *Cache) Truncate(id SeqID, n int) (_ Plan, err error) {
 	c.mu.Lock()
 	defer c.unlock()
+	defer c.reportBreach(&err)
 	s, err := c.lookupToChange(id)
 	if err != nil {
 		return Plan{}, err
@@ -112,9 +113,10 @@ func (c *Cache) Truncate(id SeqID, n int) (Plan, error) {
 //
 // It returns an error wrapping ErrUnknownSequence, ErrNoSpace or
 // ErrCopyFailed; nothing is then created.
-func (c *Cache) Fork(id SeqID) (Plan, error) {
+func (c *Cache) Fork(id SeqID) (_ Plan, err error) {
 	c.mu.Lock()
 	defer c.unlock()
+	defer c.reportBreach(&err)
 	s, err := c.lookupToChange(id)
 	if err != nil {
 		return Plan{}, err

@@ -1,9 +1,9 @@
 package kvcache
 
 import (
+	"errors"
 	"fmt"
 
-	"github.com/kvtier/kvtier/costmodel"
 )
 
 // An operation that changes which units are pinned or resident runs as a
@@ -89,6 +89,7 @@ type txn struct {
 	tempGPU    []UnitID
 	tempCPU    []UnitID
 	perPool    []int
+	crossings  []crossing
 }
 
 func (t *txn) reset() {
@@ -100,6 +101,7 @@ func (t *txn) reset() {
 	t.cpuVictims = t.cpuVictims[:0]
 	t.tempGPU = t.tempGPU[:0]
 	t.tempCPU = t.tempCPU[:0]
+	t.crossings = t.crossings[:0]
 }
 
 func (t *txn) log(k undoKind, tier Tier, pool int, slot int32, u UnitID) {
@@ -156,46 +158,65 @@ func (c *Cache) addCopyNeed(u, src UnitID) action {
 func (c *Cache) runTxn() error {
 	t := &c.tx
 	t.undo = t.undo[:0]
+	t.crossings = t.crossings[:0]
+	// Stage the GPU pin changes on the counts alone: the capacity check
+	// needs them, and a request that does not fit must fail before any
+	// policy has been told anything.
 	for _, u := range t.unpins {
-		c.unpinUnit(u)
+		c.stagePin(u, -1)
+	}
+	for i := range t.needs {
+		n := &t.needs[i]
+		switch {
+		case n.act == actHit:
+			c.stagePin(n.u, 1)
+		case n.act == actCopy && c.uTier[c.ix(n.src)] == GPU:
+			c.stagePin(n.src, 1)
+		}
+	}
+	if err := c.checkCapacity(); err != nil {
+		c.unstagePins()
+		t.reset()
+		return err
+	}
+	c.beginPolicies()
+	for _, u := range t.unpins {
 		t.log(undoUnpin, GPU, 0, 0, u)
 	}
-	if cap(t.perPool) < len(c.pools) {
-		t.perPool = make([]int, len(c.pools))
+	for _, x := range t.crossings {
+		a := c.gpu[c.poolOfUnit(x.u)]
+		if x.up {
+			a.pin(x.u)
+		} else {
+			a.unpin(x.u)
+		}
 	}
-	t.perPool = t.perPool[:len(c.pools)]
-	clear(t.perPool)
 	for i := range t.needs {
 		n := &t.needs[i]
 		p := c.poolOfUnit(n.u)
 		switch n.act {
 		case actHit:
-			c.pinUnit(n.u)
 			t.log(undoPin, GPU, p, 0, n.u)
-			continue
 		case actOnboard, actRecompute:
 			// Pinned so that no CPU eviction of this operation picks it;
 			// an actRecompute unit's CPU copy must survive a rollback.
-			c.cpu[p].pin(n.u)
+			c.cpu[p].pinResident(n.u, c.uSlot[c.ix(n.u)])
 			t.log(undoCPUPin, CPU, p, 0, n.u)
 		case actCopy:
 			switch c.uTier[c.ix(n.src)] {
 			case GPU:
-				c.pinUnit(n.src)
 				t.log(undoPin, GPU, p, 0, n.src)
 				t.tempGPU = append(t.tempGPU, n.src)
 			case CPU:
-				c.cpu[p].pin(n.src)
+				c.cpu[p].pinResident(n.src, c.uSlot[c.ix(n.src)])
 				t.log(undoCPUPin, CPU, p, 0, n.src)
 				t.tempCPU = append(t.tempCPU, n.src)
 			}
 		}
-		t.perPool[p]++
 	}
-	for p, k := range t.perPool {
-		if a := c.gpu[p].available(); k > a {
-			return c.abort(fmt.Errorf("%w: GPU pool %d needs %d slots, %d free or evictable", ErrNoSpace, p, k, a))
-		}
+	if c.poisoned != nil {
+		// A policy panicked while told of the pins.
+		return c.abort(c.poisoned)
 	}
 	for i := range t.needs {
 		n := &t.needs[i]
@@ -222,13 +243,146 @@ func (c *Cache) runTxn() error {
 			t.batch = append(t.batch, Copy{Pool: p, From: c.uTier[c.ix(n.src)], FromSlot: c.uSlot[c.ix(n.src)], To: GPU, ToSlot: s})
 		}
 	}
+	if c.poisoned != nil {
+		return c.abort(c.poisoned)
+	}
 	if len(t.batch) > 0 && c.mover != nil {
-		if err := c.mover.Copy(t.batch); err != nil {
-			return c.abort(fmt.Errorf("%w: batch of %d copies: %w", ErrCopyFailed, len(t.batch), err))
+		if err := c.copyBatch(t.batch); err != nil {
+			return c.copyFailed(err)
 		}
 	}
 	c.commit()
 	return nil
+}
+
+// crossing is a GPU pin count of the running transaction that crossed zero:
+// up when the unit became pinned, down when it became evictable.
+type crossing struct {
+	u  UnitID
+	up bool
+}
+
+// stagePin adds delta to u's GPU pin count without telling the policy, and
+// records the change when the count crosses zero.
+func (c *Cache) stagePin(u UnitID, delta int32) {
+	i := c.ix(u)
+	before := c.uPins[i]
+	c.uPins[i] += delta
+	if (before == 0) != (c.uPins[i] == 0) {
+		c.tx.crossings = append(c.tx.crossings, crossing{u: u, up: before == 0})
+	}
+}
+
+// unstagePins undoes the staged pin changes of a transaction that did not
+// start (ErrNoSpace).
+func (c *Cache) unstagePins() {
+	t := &c.tx
+	for i := range t.needs {
+		n := &t.needs[i]
+		switch {
+		case n.act == actHit:
+			c.uPins[c.ix(n.u)]--
+		case n.act == actCopy && c.uTier[c.ix(n.src)] == GPU:
+			c.uPins[c.ix(n.src)]--
+		}
+	}
+	for _, u := range t.unpins {
+		c.uPins[c.ix(u)]++
+	}
+}
+
+// checkCapacity checks that every GPU pool can supply the slots the staged
+// transaction needs: its free slots plus its evictable units once the
+// staged pins apply.
+func (c *Cache) checkCapacity() error {
+	t := &c.tx
+	if cap(t.perPool) < len(c.pools) {
+		t.perPool = make([]int, len(c.pools))
+	}
+	t.perPool = t.perPool[:len(c.pools)]
+	clear(t.perPool)
+	for _, x := range t.crossings {
+		// A unit that becomes pinned is one evictable unit fewer.
+		if x.up {
+			t.perPool[c.poolOfUnit(x.u)]++
+		} else {
+			t.perPool[c.poolOfUnit(x.u)]--
+		}
+	}
+	for i := range t.needs {
+		if t.needs[i].act != actHit {
+			t.perPool[c.poolOfUnit(t.needs[i].u)]++
+		}
+	}
+	for p, k := range t.perPool {
+		if a := c.gpu[p].available(); k > a {
+			return fmt.Errorf("%w: GPU pool %d needs %d slots, %d free or evictable", ErrNoSpace, p, k-c.pinsGained(p), a-c.pinsGained(p))
+		}
+	}
+	return nil
+}
+
+// pinsGained is the net number of units of GPU pool p that the staged
+// transaction pins (evictable units it takes away from eviction).
+func (c *Cache) pinsGained(p int) int {
+	n := 0
+	for _, x := range c.tx.crossings {
+		if c.poolOfUnit(x.u) != p {
+			continue
+		}
+		if x.up {
+			n++
+		} else {
+			n--
+		}
+	}
+	return n
+}
+
+// beginPolicies starts a transaction in every policy that can roll back.
+func (c *Cache) beginPolicies() {
+	for p := range c.pools {
+		c.gpu[p].policyBegin()
+		c.cpu[p].policyBegin()
+	}
+}
+
+// commitPolicies ends the transaction of every policy that can roll back.
+func (c *Cache) commitPolicies() {
+	for p := range c.pools {
+		c.gpu[p].policyCommit()
+		c.cpu[p].policyCommit()
+	}
+}
+
+// copyFailed rolls back a transaction whose batch the Mover failed. A
+// Mover that returned an error wrote nothing (its contract); one that
+// panicked may have written any destination, so the units left in those
+// slots after the rollback (victims given their slots back) are dropped.
+func (c *Cache) copyFailed(err error) error {
+	t := &c.tx
+	var pe *PanicError
+	if !errors.As(err, &pe) {
+		return c.abort(fmt.Errorf("%w: batch of %d copies: %w", ErrCopyFailed, len(t.batch), err))
+	}
+	c.scratch.lost = append(c.scratch.lost[:0], t.batch...)
+	n := len(t.batch)
+	err = c.abort(fmt.Errorf("%w: batch of %d copies: %w", ErrCopyFailed, n, err))
+	for _, cp := range c.scratch.lost {
+		a := c.arenaOf(cp.To, cp.Pool)
+		u := a.owner[cp.ToSlot]
+		if u == noUnit {
+			continue
+		}
+		// A victim put back: evictable, so not pinned.
+		a.remove(u, false)
+		a.push(cp.ToSlot)
+		a.lost++
+		c.dropUnit(u)
+		c.emitTier(u, cp.To, Dropped)
+	}
+	c.collectPending()
+	return err
 }
 
 // takeGPU returns a GPU slot of pool p, evicting a victim when none is free.
@@ -289,6 +443,9 @@ func (c *Cache) takeCPU(p int) (int32, bool, error) {
 	}
 	v, ok := a.evict()
 	if !ok {
+		if n := a.evictable(); n > 0 {
+			return 0, false, c.poison(a, "Evict found no victim among %d evictable units", n)
+		}
 		return 0, false, nil
 	}
 	if !c.isVictim(a, v) {
@@ -303,11 +460,11 @@ func (c *Cache) takeCPU(p int) (int32, bool, error) {
 }
 
 // isVictim reports whether v, returned by the Evict of a's policy, is a unit
-// the policy could evict: a unit of a's tier and pool that holds the slot
-// the cache gave it, not pinned on the GPU, and not evicted already by the
-// running transaction (its slot then has a new owner). A unit pinned in the
-// CPU arena by the running transaction (an onboard or copy source) is not
-// detected.
+// the policy could evict: a live unit (its block's current generation) of
+// a's tier and pool that holds the slot the cache gave it, pinned neither on
+// the GPU nor by the running transaction in the CPU arena (an onboard,
+// recompute or copy source), and not evicted already by the running
+// transaction (its slot then has a new owner).
 func (c *Cache) isVictim(a *arena, v UnitID) bool {
 	if uint64(c.ix(v)) >= uint64(len(c.uTier)) || c.sliceOf(v) >= c.numSlices {
 		return false
@@ -324,7 +481,7 @@ func (c *Cache) isVictim(a *arena, v UnitID) bool {
 	if s < 0 || int(s) >= a.capacity() || a.owner[s] != v {
 		return false
 	}
-	return a.tier != GPU || c.uPins[c.ix(v)] == 0
+	return !a.txPinned[s] && (a.tier != GPU || c.uPins[c.ix(v)] == 0)
 }
 
 // shouldOffload decides whether GPU victim v of pool p goes to the CPU.
@@ -356,8 +513,7 @@ func (c *Cache) shouldOffload(v UnitID, p int) bool {
 	}
 	// One unit's copy back against its block's recompute: the marginal
 	// choice under whole-block recompute (see Config.CostModel).
-	act, err := c.cost.Decide(c.entryOf(v).Unit, c.pools[p].unitBytes)
-	return err == nil && act == costmodel.Offload
+	return c.decideOffload(v, p)
 }
 
 func (c *Cache) undoOne(r undoRec) {
@@ -367,7 +523,7 @@ func (c *Cache) undoOne(r undoRec) {
 	case undoUnpin:
 		c.pinUnit(r.u)
 	case undoCPUPin:
-		c.cpu[r.pool].unpin(r.u)
+		c.cpu[r.pool].unpinResident(r.u, c.uSlot[c.ix(r.u)])
 	case undoInsert:
 		c.arenaOf(r.tier, int(r.pool)).remove(r.u, true)
 		if r.tier == GPU {
@@ -409,8 +565,25 @@ func (c *Cache) clearTxDrops() {
 // rollback undoes the running transaction.
 func (c *Cache) rollback() {
 	t := &c.tx
+	// A transactional policy undoes its own calls (exactly: order,
+	// history, timers); replaying the log then only restores the cache's
+	// accounting. Others are compensated call by call (victims inserted
+	// again, pins undone by Unpin), which may reorder them.
+	for p := range c.pools {
+		for _, a := range [2]*arena{c.gpu[p], c.cpu[p]} {
+			a.replaying = a.txPolicy != nil && a.broken == nil
+		}
+	}
 	for i := len(t.undo) - 1; i >= 0; i-- {
 		c.undoOne(t.undo[i])
+	}
+	for p := range c.pools {
+		for _, a := range [2]*arena{c.gpu[p], c.cpu[p]} {
+			if a.replaying {
+				a.replaying = false
+				a.policyRollback()
+			}
+		}
 	}
 	c.clearTxDrops()
 	t.reset()
@@ -431,6 +604,7 @@ func (c *Cache) dropUnit(u UnitID) {
 // commit applies a successful transaction.
 func (c *Cache) commit() {
 	t := &c.tx
+	c.commitPolicies()
 	c.clearTxDrops()
 	for i := range t.gpuVictims {
 		v := &t.gpuVictims[i]
@@ -495,7 +669,7 @@ func (c *Cache) commit() {
 		c.unpinUnit(u)
 	}
 	for _, u := range t.tempCPU {
-		c.cpu[c.poolOfUnit(u)].unpin(u)
+		c.cpu[c.poolOfUnit(u)].unpinResident(u, c.uSlot[c.ix(u)])
 	}
 	t.undo = t.undo[:0]
 	t.tempGPU = t.tempGPU[:0]

@@ -1,0 +1,247 @@
+package kvcache
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/kvtier/kvtier/costmodel"
+	"github.com/kvtier/kvtier/eviction"
+	"github.com/kvtier/kvtier/layout"
+	"github.com/stretchr/testify/require"
+)
+
+// panickyPolicy wraps a policy and panics at the at-th call (counted from 1
+// over every method but Len) once armed.
+type panickyPolicy struct {
+	eviction.Policy[UnitID]
+	method string // "" any method
+	calls  int
+	at     int
+}
+
+func (p *panickyPolicy) hit(method string) {
+	if p.at == 0 || (p.method != "" && p.method != method) {
+		return
+	}
+	p.calls++
+	if p.calls == p.at {
+		panic(fmt.Sprintf("policy bug in %s", method))
+	}
+}
+
+func (p *panickyPolicy) Insert(k UnitID, e eviction.Entry) error {
+	p.hit("Insert")
+	return p.Policy.Insert(k, e)
+}
+func (p *panickyPolicy) Access(k UnitID) { p.hit("Access"); p.Policy.Access(k) }
+func (p *panickyPolicy) Pin(k UnitID)    { p.hit("Pin"); p.Policy.Pin(k) }
+func (p *panickyPolicy) Unpin(k UnitID)  { p.hit("Unpin"); p.Policy.Unpin(k) }
+func (p *panickyPolicy) Remove(k UnitID) { p.hit("Remove"); p.Policy.Remove(k) }
+func (p *panickyPolicy) Evict() (UnitID, bool) {
+	p.hit("Evict")
+	return p.Policy.Evict()
+}
+
+// requireAccountingExact checks what a poisoned cache still owes: every
+// slot free, pinned or cached, the unit tables against a recount (the
+// policies may have lost track of keys: that is what poisoned the cache).
+func requireAccountingExact(t *testing.T, c *Cache) {
+	t.Helper()
+	st := c.Stats()
+	for _, ts := range []TierStats{st.GPU, st.CPU} {
+		require.Equal(t, ts.Capacity, ts.Free+ts.Pinned+ts.Cached)
+	}
+	require.NoError(t, c.checkAccounting(false))
+}
+
+// TestPolicyPanicIsRecovered: a policy that panics in any of its methods,
+// at any point of any operation, makes that call return ErrPolicy wrapping
+// a *PanicError instead of crashing the server; the cache is poisoned, its
+// accounting is exact (nothing stays pinned by a half-applied operation,
+// Stats add up) and retrying Release cannot drive a pin count negative.
+func TestPolicyPanicIsRecovered(t *testing.T) {
+	for _, method := range []string{"Insert", "Access", "Pin", "Unpin", "Remove", "Evict"} {
+		for _, tier := range []Tier{GPU, CPU} {
+			if tier == CPU && method == "Access" {
+				continue // hits are GPU hits
+			}
+			// A dry run counts the calls, so that every call is tried.
+			_, pp, _ := runPanicScenario(t, method, tier, 0)
+			calls := pp.calls
+			require.Positive(t, calls, "the scenario never calls the %s policy's %s", tier, method)
+			for at := 1; at <= min(calls, 12); at++ {
+				t.Run(fmt.Sprintf("%s/%s/%d", tier, method, at), func(t *testing.T) {
+					c, _, failed := runPanicScenario(t, method, tier, at)
+					require.ErrorIs(t, failed, ErrPolicy)
+					var pe *PanicError
+					require.ErrorAs(t, failed, &pe)
+					require.Contains(t, pe.Call, method)
+					require.Equal(t, fmt.Sprintf("policy bug in %s", method), pe.Value)
+					require.NotEmpty(t, pe.Stack)
+					requireAccountingExact(t, c)
+					for id := range SeqID(20) {
+						if _, err := c.Len(id); err == nil {
+							require.ErrorIs(t, c.Release(id), ErrPolicy, "a poisoned cache refuses changes")
+						}
+					}
+					requireAccountingExact(t, c)
+				})
+			}
+		}
+	}
+}
+
+// runPanicScenario runs a mix of Acquire, Append and Release over a small
+// cache whose tier policies panic at their at-th call of method (0: never)
+// and returns the cache, the panicking policy and the first error.
+func runPanicScenario(t *testing.T, method string, tier Tier, at int) (*Cache, *panickyPolicy, error) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	gpu, cpu := Capacity{Units: 6}, Capacity{Units: 4}
+	store, err := NewMemoryStore(l, gpu, cpu)
+	require.NoError(t, err)
+	var pp *panickyPolicy
+	factory := func(info PoolInfo) (eviction.Policy[UnitID], error) {
+		// LRU declares that it ignores hits on pinned keys: S3-FIFO
+		// hears every Access.
+		inner, err := S3FIFOFactory(eviction.S3FIFOConfig{})(info)
+		require.NoError(t, err)
+		p := &panickyPolicy{Policy: inner, method: method}
+		if info.Tier == tier {
+			p.at = at
+			if at == 0 {
+				p.at = -1 // count, never panic
+			}
+			pp = p
+		}
+		return p, nil
+	}
+	c, err := New(Config{Layout: l, GPU: gpu, CPU: cpu, GPUPolicy: factory, CPUPolicy: factory, Mover: store})
+	require.NoError(t, err)
+	var live []SeqID
+	var failed error
+	for i := 0; i < 16 && failed == nil; i++ {
+		var p Plan
+		require.NotPanics(t, func() {
+			switch {
+			case i%3 == 2 && len(live) > 0:
+				failed = c.Release(live[0])
+				if failed == nil {
+					live = live[1:]
+				}
+			case i%3 == 1 && len(live) > 0:
+				p, failed = c.Append(live[len(live)-1], 7)
+			default:
+				p, failed = c.Acquire(Request{Tokens: seqTokens(4+i%5, uint32(100*(i%2)))})
+				if failed == nil {
+					live = append(live, p.Seq)
+				}
+			}
+		})
+	}
+	if at == 0 {
+		require.NoError(t, failed)
+	}
+	return c, pp, failed
+}
+
+// panickyMover panics in its armed call, after performing the first copy of
+// the batch (so a destination slot really was written).
+type panickyMover struct {
+	inner *MemoryStore
+	armed bool
+}
+
+func (m *panickyMover) Copy(batch []Copy) error {
+	if m.armed {
+		m.armed = false
+		_ = m.inner.Copy(batch[:1])
+		panic("mover bug")
+	}
+	return m.inner.Copy(batch)
+}
+
+// TestMoverPanicIsRecovered: a Mover that panics mid-batch makes the
+// operation fail with ErrCopyFailed wrapping a *PanicError; it is rolled
+// back, and the victims whose slots the batch would have written are
+// dropped (their bytes are unknown), counted in TierStats.Lost. The cache is
+// not poisoned: the next operation works.
+func TestMoverPanicIsRecovered(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	gpu, cpu := Capacity{Units: 4}, Capacity{Units: 2}
+	store, err := NewMemoryStore(l, gpu, cpu)
+	require.NoError(t, err)
+	m := &panickyMover{inner: store}
+	c, err := New(Config{Layout: l, GPU: gpu, CPU: cpu, Mover: m})
+	require.NoError(t, err)
+	for _, base := range []uint32{0, 100, 200} {
+		p, err := c.Acquire(Request{Tokens: seqTokens(4, base)})
+		require.NoError(t, err)
+		require.NoError(t, c.Release(p.Seq))
+	}
+	st := c.Stats()
+	require.Equal(t, int64(2), st.CPU.Cached, "the first block is on the CPU")
+	// The next block evicts the second one from the GPU and offloads it
+	// into the CPU slots of the first (a CPU victim). The Mover performs
+	// the first of these copies and panics: after the rollback, the first
+	// block's units hold slots the batch may have written.
+	m.armed = true
+	var p Plan
+	require.NotPanics(t, func() { p, err = c.Acquire(Request{Tokens: seqTokens(4, 300)}) })
+	require.ErrorIs(t, err, ErrCopyFailed)
+	var pe *PanicError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "Mover.Copy", pe.Call)
+	require.Zero(t, p.Seq)
+	require.NoError(t, c.checkInvariants())
+	st = c.Stats()
+	require.Equal(t, uint64(2), st.CPU.Lost, "both offload destinations may have been written")
+	require.Zero(t, st.CPU.Cached)
+	require.Equal(t, int64(4), st.GPU.Cached, "the GPU victims keep their slots")
+	require.Zero(t, st.Sequences)
+	// Not poisoned.
+	p, err = c.Acquire(Request{Tokens: seqTokens(4, 0)})
+	require.NoError(t, err)
+	require.NoError(t, c.Release(p.Seq))
+	require.NoError(t, c.checkInvariants())
+}
+
+// TestCostModelPanicIsRecovered: a cost model whose weight function panics
+// while the cache decides a victim's fate poisons the cache like a policy.
+func TestCostModelPanicIsRecovered(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	armed := false
+	weight := func(i, n int) float64 {
+		if armed {
+			panic("weight bug")
+		}
+		return 1
+	}
+	cm := &costmodel.Model{Recompute: costmodel.Recompute{Beta: 1, LayerWeight: weight, PositionWeight: weight},
+		Link: costmodel.Link{BytesPerSecond: 1e9}}
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: 4}, CPU: Capacity{Units: 8}, CostModel: cm})
+	require.NoError(t, err)
+	for _, base := range []uint32{0, 100} {
+		p, err := c.Acquire(Request{Tokens: seqTokens(4, base)})
+		require.NoError(t, err)
+		require.NoError(t, c.Release(p.Seq))
+	}
+	armed = true
+	require.NotPanics(t, func() { _, err = c.Acquire(Request{Tokens: seqTokens(4, 200)}) })
+	require.ErrorIs(t, err, ErrPolicy)
+	var pe *PanicError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, "weight bug", pe.Value)
+	requireAccountingExact(t, c)
+}
+
+// TestFactoryPanicIsAnError: New reports a policy factory that panics.
+func TestFactoryPanicIsAnError(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	_, err := New(Config{Layout: l, GPU: Capacity{Units: 4},
+		GPUPolicy: func(PoolInfo) (eviction.Policy[UnitID], error) { panic("factory bug") }})
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	var pe *PanicError
+	require.True(t, errors.As(err, &pe))
+	require.Equal(t, "factory bug", pe.Value)
+}
