@@ -3,7 +3,6 @@ package kvcache
 import (
 	"errors"
 	"fmt"
-
 )
 
 // An operation that changes which units are pinned or resident runs as a
