@@ -76,6 +76,18 @@ func (s State) Blocks() int { return s.blocks }
 // Start returns the state of an empty sequence with keys k.
 func (h *Hasher) Start(k Keys) State { return State{keys: k} }
 
+// Resume returns the state after blocks blocks of a sequence with keys k
+// whose last block hashed to hash, as Append would have returned it: an
+// owner that keeps block hashes (not States) continues a chain from one.
+// With blocks 0 it is Start(k) and hash is ignored. A negative blocks is
+// taken as 0.
+func (h *Hasher) Resume(k Keys, hash uint64, blocks int) State {
+	if blocks <= 0 {
+		return h.Start(k)
+	}
+	return State{hash: hash, blocks: blocks}
+}
+
 // Append hashes the full blocks of tokens, which continue the sequence
 // described by st: tokens[0] is the token at position
 // st.Blocks()*BlockTokens() of the sequence. It appends one hash per full

@@ -272,6 +272,20 @@ func TestHasherIncremental(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, want[cut+1:], rest, "continuing from a node's state")
 		}
+		if len(want) > 0 {
+			// Resuming from a kept hash continues the chain exactly.
+			cut := r.IntN(len(want) + 1)
+			st := h.Resume(k, 0, 0)
+			if cut > 0 {
+				st = h.Resume(Keys{Namespace: "ignored"}, want[cut-1], cut)
+			}
+			rest, _, err := h.Append(nil, st, tokens[cut*b:], extra)
+			require.NoError(t, err)
+			require.Equal(t, len(want)-cut, len(rest))
+			if cut < len(want) {
+				require.Equal(t, want[cut:], rest, "resuming after %d blocks", cut)
+			}
+		}
 	}
 }
 
