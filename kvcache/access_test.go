@@ -38,6 +38,7 @@ func TestHitsReachThePolicy(t *testing.T) {
 	a, err := c.Acquire(Request{Tokens: prompt})
 	require.NoError(t, err)
 	require.Empty(t, gp.accesses, "fresh units are not hits")
+	require.NoError(t, c.Commit(a.Seq, len(prompt))) // the prefill ran
 	b, err := c.Acquire(Request{Tokens: prompt})
 	require.NoError(t, err)
 	require.Equal(t, 4, b.HitUnits)
@@ -62,8 +63,8 @@ func TestHitsReachThePolicy(t *testing.T) {
 		total += n
 	}
 	require.Equal(t, 6, total)
-	require.NoError(t, c.Release(a.Seq))
-	require.NoError(t, c.Release(b.Seq))
+	finish(t, c, a.Seq)
+	finish(t, c, b.Seq)
 }
 
 // TestS3FIFOKeepsAHitBlockThroughAScan: under S3-FIFO a block that was hit
@@ -79,7 +80,7 @@ func TestS3FIFOKeepsAHitBlockThroughAScan(t *testing.T) {
 		t.Helper()
 		p, err := c.Acquire(Request{Tokens: seqTokens(4, base)})
 		require.NoError(t, err)
-		require.NoError(t, c.Release(p.Seq))
+		finish(t, c, p.Seq)
 		return p
 	}
 	// Fill the GPU and start evicting, so that new units enter the small
@@ -235,6 +236,6 @@ func TestStepPinsReleaseTailFirst(t *testing.T) {
 
 	require.NoError(t, c.SparseAccess(p.Seq, 1, every, &res))
 	gp.unpins = gp.unpins[:0]
-	require.NoError(t, c.Release(p.Seq))
+	finish(t, c, p.Seq)
 	require.Equal(t, []int{4, 4, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0}, blocksOf(gp.unpins))
 }

@@ -76,6 +76,7 @@ func (c *Cache) acquireSparse(s *sequence, tokens []uint32, nodes []*radix.Node[
 		}
 		k++
 	}
+	writing := c.beingWritten(c.matchState(s.keys, nodes[:k]), tokens, s.extra, k)
 	s.tokens = slices.Clone(tokens[:k*c.blockTokens])
 	s.blocks = make([]int32, k)
 	for i, n := range nodes[:k] {
@@ -83,22 +84,35 @@ func (c *Cache) acquireSparse(s *sequence, tokens []uint32, nodes []*radix.Node[
 		c.addRef(n.Value, true)
 	}
 	s.writeFrom = len(s.tokens)
+	s.firstPrivate = k
 	s.pinLo = c.wantLo(nil, s)
 	s.pinHi = k
 	c.register(s)
-	return Plan{Seq: s.id, Tokens: len(s.tokens), Pending: len(tokens) - len(s.tokens), ReusedTokens: len(s.tokens)}
+	return Plan{Seq: s.id, Tokens: len(s.tokens), Pending: len(tokens) - len(s.tokens), ReusedTokens: len(s.tokens),
+		BeingWrittenTokens: writing}
 }
 
 func (c *Cache) acquireDense(s *sequence, tokens []uint32, nodes []*radix.Node[int32]) (Plan, error) {
 	B := c.blockTokens
 	nb := c.numBlocks(len(tokens))
 	matched := len(nodes)
+	writing := c.beingWritten(c.matchState(s.keys, nodes), tokens, s.extra, matched)
 	blocks := make([]int32, 0, nb)
-	for _, n := range nodes {
-		blocks = append(blocks, n.Value)
+	s.firstPrivate = matched
+	for i, n := range nodes {
 		// Referenced before the transaction so that no collection during
-		// it can forget a matched block.
+		// it can forget a matched block; a recomputed block keeps the
+		// reference as its copy's twin.
 		c.addRef(n.Value, false)
+		if c.lacksBytes(n.Value, nil) {
+			// A dense Acquire pins every unit of every prompt block: a
+			// block with a dropped unit is recomputed whole, into a
+			// private copy that its commit merges back.
+			blocks = append(blocks, c.recomputeCopy(n.Value, false))
+			s.firstPrivate = min(s.firstPrivate, i)
+			continue
+		}
+		blocks = append(blocks, n.Value)
 	}
 	for i := matched; i < nb; i++ {
 		prio, dur := c.priority(s, i)
@@ -112,11 +126,11 @@ func (c *Cache) acquireDense(s *sequence, tokens []uint32, nodes []*radix.Node[i
 	c.queuePinDiff(nil, nil, 0, blocks, lo, nb, -1, -1)
 	if err := c.runTxn(); err != nil {
 		for i, b := range blocks {
+			if c.blocks[b].node == nil {
+				c.dropNew(b)
+			}
 			if i < matched {
-				c.unref(b, false)
-			} else {
-				c.blocks[b].refs = 0
-				c.freeBlock(b)
+				c.unref(nodes[i].Value, false) // a recompute copy's twin too
 			}
 		}
 		return Plan{}, err
@@ -135,6 +149,7 @@ func (c *Cache) acquireDense(s *sequence, tokens []uint32, nodes []*radix.Node[i
 	for _, r := range plan.Compute {
 		plan.ReusedTokens -= r.Len()
 	}
+	plan.BeingWrittenTokens = writing
 	c.countAccess()
 	c.st.recomputed += int64(plan.RecomputeTokens)
 
@@ -142,20 +157,10 @@ func (c *Cache) acquireDense(s *sequence, tokens []uint32, nodes []*radix.Node[i
 	s.blocks = blocks
 	s.pinLo = lo
 	s.pinHi = nb
-	// Commit the prompt's new full blocks to the tree.
-	var parent *radix.Node[int32]
-	if matched > 0 {
-		parent = nodes[matched-1]
-	}
-	for i := matched; i < len(tokens)/B; i++ {
-		parent = c.commitBlock(s, i, parent)
-	}
+	// The new full blocks stay private until the server commits them.
+	c.indexWriting(s, matched)
 	c.register(s)
 	c.collectPending()
-	if c.poisoned != nil {
-		// A merge met a policy that broke its contract.
-		return Plan{}, c.poisoned
-	}
 	plan.Seq = s.id
 	plan.Tokens = len(tokens)
 	return plan, nil
@@ -166,30 +171,6 @@ func (c *Cache) register(s *sequence) {
 	s.id = c.nextSeq
 	c.nextSeq++
 	c.seqs[s.id] = s
-}
-
-// commitBlock inserts full block i of s into the tree under parent (the
-// node of block i-1, nil for the first block) and returns its node. When an
-// equal block is already cached there (another sequence committed the same
-// tokens first), s adopts it and its own copy is merged away (mergeBlock).
-func (c *Cache) commitBlock(s *sequence, i int, parent *radix.Node[int32]) *radix.Node[int32] {
-	B := c.blockTokens
-	n, created, err := c.tree.InsertChild(parent, s.keys, s.tokens[i*B:(i+1)*B], s.extra)
-	if err != nil {
-		// Unreachable: the parent is live (referenced by s), the keys
-		// are s's and the extra keys were validated by Acquire.
-		return parent
-	}
-	b := s.blocks[i]
-	if created {
-		n.Value = b
-		c.blocks[b].node = n
-		c.st.stored++
-		c.emitBlock(BlockStored, b)
-		return n
-	}
-	c.mergeBlock(s, i, n)
-	return n
 }
 
 // countAccess adds the committed transaction's needs to the hit and miss

@@ -24,6 +24,11 @@ type Admission struct {
 	// Fits reports whether every pool can supply its share now, so that
 	// Acquire would not fail with ErrNoSpace (barring a concurrent call).
 	Fits bool
+	// BeingWrittenTokens is what Plan.BeingWrittenTokens would be: prompt
+	// tokens past the cached prefix that other live sequences are
+	// writing now. A scheduler may prefer to wait for their commit (their
+	// next step) and reuse them rather than compute them again.
+	BeingWrittenTokens int
 }
 
 // Admit answers, without changing anything, how many GPU slots req would
@@ -58,6 +63,7 @@ func (c *Cache) Admit(req Request) (Admission, error) {
 			}
 			k++
 		}
+		a.BeingWrittenTokens = c.beingWritten(c.matchState(keys, nodes[:k]), req.Tokens, req.Extra, k)
 		a.ReusedTokens = k * B
 		if len(req.Tokens) > k*B {
 			for p := range c.pools {
@@ -65,11 +71,19 @@ func (c *Cache) Admit(req Request) (Admission, error) {
 			}
 		}
 	} else {
-		// A dense Acquire pins every unit of every prompt block.
+		// A dense Acquire pins every unit of every prompt block; a block
+		// with a dropped unit is recomputed into a private copy whose
+		// units all need slots.
 		nb := c.numBlocks(len(req.Tokens))
 		compute := 0
 		for i, n := range nodes {
-			fresh := false
+			if c.lacksBytes(n.Value, nil) {
+				for p := range c.pools {
+					need[p] += c.pools[p].unitsPerBlock
+				}
+				compute += min((i+1)*B, len(req.Tokens)) - i*B
+				continue
+			}
 			for sl := range c.numSlices {
 				u := c.unit(n.Value, sl)
 				p := c.slicePool[sl]
@@ -80,19 +94,14 @@ func (c *Cache) Admit(req Request) (Admission, error) {
 					}
 				case CPU:
 					need[p]++
-				default:
-					need[p]++
-					fresh = true
 				}
-			}
-			if fresh {
-				compute += min((i+1)*B, len(req.Tokens)) - i*B
 			}
 		}
 		for p := range c.pools {
 			need[p] += (nb - len(nodes)) * c.pools[p].unitsPerBlock
 		}
 		a.ReusedTokens = len(nodes)*B - compute
+		a.BeingWrittenTokens = c.beingWritten(c.matchState(keys, nodes), req.Tokens, req.Extra, len(nodes))
 	}
 	a.Fits = true
 	for p := range c.pools {

@@ -1,13 +1,13 @@
 package kvcache
 
-import "github.com/kvtier/kvtier/radix"
-
 // Append adds tokens to sequence id (decode, or a chunk of a sparse
 // prefill) and returns the plan: a new block gets fresh GPU slots whenever
-// the last one fills, and every block that fills is committed to the prefix
-// tree at once, reusable by other requests (early reuse). If an equal block
-// was committed meanwhile by another sequence, id adopts it (see Plan: its
-// table may then point at that block's slots).
+// the last one fills. Calling Append declares that the KV of every token
+// the sequence held before it is written (the forward pass that produced
+// the new tokens wrote it), so Append first commits those tokens (see
+// Commit); that commit stays even if the rest of the call fails. The
+// appended tokens themselves stay private to the sequence until the next
+// Append or Commit.
 //
 // The server computes the appended tokens (Plan.Compute) into the slots the
 // sequence's block tables give. For sliding-window layers, units of blocks
@@ -17,7 +17,7 @@ import "github.com/kvtier/kvtier/radix"
 //
 // Append with no tokens does nothing. It returns an error wrapping
 // ErrUnknownSequence, ErrNoSpace or ErrCopyFailed; the sequence is then
-// unchanged.
+// unchanged but for the commit.
 func (c *Cache) Append(id SeqID, tokens ...uint32) (_ Plan, err error) {
 	c.mu.Lock()
 	defer c.unlock()
@@ -29,7 +29,12 @@ func (c *Cache) Append(id SeqID, tokens ...uint32) (_ Plan, err error) {
 	if len(tokens) == 0 {
 		return Plan{Seq: id, Tokens: len(s.tokens)}, nil
 	}
-	B := c.blockTokens
+	// The forward pass that produced these tokens wrote the KV of every
+	// token before them: that much is committed whatever happens next.
+	c.commitThrough(s, len(s.tokens))
+	if c.poisoned != nil {
+		return Plan{}, c.poisoned // a merge met a policy that broke its contract
+	}
 	n := len(s.tokens)
 	n2 := n + len(tokens)
 	nb, nb2 := len(s.blocks), c.numBlocks(n2)
@@ -52,8 +57,7 @@ func (c *Cache) Append(id SeqID, tokens ...uint32) (_ Plan, err error) {
 	if err := c.runTxn(); err != nil {
 		s.writeFrom = oldWrite
 		for _, b := range newBlocks[nb:] {
-			c.blocks[b].refs = 0
-			c.freeBlock(b)
+			c.dropNew(b)
 		}
 		return Plan{}, err
 	}
@@ -65,18 +69,8 @@ func (c *Cache) Append(id SeqID, tokens ...uint32) (_ Plan, err error) {
 	s.blocks = append(s.blocks, newBlocks[nb:]...)
 	s.pinLo = append(s.pinLo[:0], lo...)
 	s.pinHi = nb2
-	var parent *radix.Node[int32]
-	if first := n / B; first > 0 {
-		parent = c.blocks[s.blocks[first-1]].node
-	}
-	for i := n / B; i < n2/B; i++ {
-		parent = c.commitBlock(s, i, parent)
-	}
+	c.indexWriting(s, n/c.blockTokens)
 	c.collectPending()
-	if c.poisoned != nil {
-		// A merge met a policy that broke its contract.
-		return Plan{}, c.poisoned
-	}
 	plan.Tokens = n2
 	return plan, nil
 }

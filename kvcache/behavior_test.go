@@ -90,7 +90,7 @@ func TestErrNoSpaceRollsBack(t *testing.T) {
 	require.False(t, adm.Fits)
 	require.Equal(t, 4, adm.NeedSlots)
 	require.Equal(t, 2, adm.FreeSlots)
-	require.NoError(t, c.Release(p.Seq))
+	finish(t, c, p.Seq)
 	adm, err = c.Admit(Request{Tokens: seqTokens(8, 100)})
 	require.NoError(t, err)
 	require.True(t, adm.Fits)
@@ -106,11 +106,11 @@ func TestReleaseEvictsChainTailFirst(t *testing.T) {
 	prompt := seqTokens(16, 0) // 4 blocks, 8 units: the whole GPU
 	p, err := c.Acquire(Request{Tokens: prompt})
 	require.NoError(t, err)
-	require.NoError(t, c.Release(p.Seq))
+	finish(t, c, p.Seq)
 	other, err := c.Acquire(Request{Tokens: seqTokens(4, 100)}) // needs 2 slots
 	require.NoError(t, err)
 	require.Equal(t, 2, other.DroppedUnits)
-	require.NoError(t, c.Release(other.Seq))
+	finish(t, c, other.Seq)
 	again, err := c.Acquire(Request{Tokens: prompt})
 	require.NoError(t, err)
 	require.Equal(t, 12, again.ReusedTokens)
@@ -128,11 +128,11 @@ func TestDroppedHeadStaysKnown(t *testing.T) {
 	prompt := seqTokens(12, 0) // 3 blocks, 6 units
 	p, err := c.Acquire(Request{Tokens: prompt})
 	require.NoError(t, err)
-	require.NoError(t, c.Release(p.Seq))
+	finish(t, c, p.Seq)
 	other, err := c.Acquire(Request{Tokens: seqTokens(8, 100)}) // 4 units: 2 evicted
 	require.NoError(t, err)
 	require.Equal(t, 2, other.DroppedUnits)
-	require.NoError(t, c.Release(other.Seq))
+	finish(t, c, other.Seq)
 	require.Equal(t, 5, c.Stats().Blocks) // the dropped head is still known
 	again, err := c.Acquire(Request{Tokens: prompt})
 	require.NoError(t, err)
@@ -163,11 +163,11 @@ func TestOffloadOnboardRoundTripKeepsBytes(t *testing.T) {
 			}
 		}
 	}
-	require.NoError(t, c.Release(p.Seq))
+	finish(t, c, p.Seq)
 	q, err := c.Acquire(Request{Tokens: seqTokens(8, 50)})
 	require.NoError(t, err)
 	require.Equal(t, 8, q.OffloadedUnits)
-	require.NoError(t, c.Release(q.Seq))
+	finish(t, c, q.Seq)
 	r, err := c.Acquire(Request{Tokens: prompt})
 	require.NoError(t, err)
 	require.Equal(t, 8, r.OnboardedUnits)
@@ -202,14 +202,18 @@ func TestCostModelDropsCheapUnits(t *testing.T) {
 	require.NoError(t, err)
 	p, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
 	require.NoError(t, err)
-	require.NoError(t, c.Release(p.Seq))
+	finish(t, c, p.Seq)
 	q, err := c.Acquire(Request{Tokens: seqTokens(8, 10)})
 	require.NoError(t, err)
 	require.Equal(t, 4, q.DroppedUnits)
 	require.Zero(t, q.OffloadedUnits)
 }
 
-func TestEarlyReuseAndMerge(t *testing.T) {
+// TestCommitSharesAndMerges: a block is shared once committed, not
+// before: a second request with the same prompt computes its own copy
+// (told that the first is writing it), and when both commit, the second
+// adopts the first's block and frees its own slots.
+func TestCommitSharesAndMerges(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, nil)
 	c, err := New(Config{Layout: l, GPU: Capacity{Units: 16}})
 	require.NoError(t, err)
@@ -217,33 +221,43 @@ func TestEarlyReuseAndMerge(t *testing.T) {
 	require.NoError(t, err)
 	b, err := c.Acquire(Request{Tokens: seqTokens(6, 0)})
 	require.NoError(t, err)
-	require.Equal(t, 2, b.HitUnits) // block 0, committed by a's Acquire
+	require.Zero(t, b.HitUnits, "a's block 0 is not written yet")
+	require.Equal(t, 4, b.BeingWrittenTokens, "but a is writing it")
 	used := c.Stats().GPU.Capacity - c.Stats().GPU.Free
-	require.Equal(t, int64(6), used) // shared block 0, two private partial blocks
-	// Both fill block 1 with the same tokens: b adopts a's block.
+	require.Equal(t, int64(8), used) // two copies of block 0, two partial blocks
+	// Each Append commits the tokens before it: b adopts a's block 0.
 	_, err = c.Append(a.Seq, 6, 7)
 	require.NoError(t, err)
 	_, err = c.Append(b.Seq, 6, 7)
 	require.NoError(t, err)
+	require.Equal(t, int64(6), c.Stats().GPU.Capacity-c.Stats().GPU.Free)
+	// Both fill block 1 with the same tokens; committing them makes b
+	// adopt a's block 1 too.
+	require.NoError(t, c.Commit(a.Seq, 8))
+	require.NoError(t, c.Commit(b.Seq, 8))
 	require.NoError(t, c.checkInvariants())
-	ta, err := c.BlockTable(nil, a.Seq, 1)
-	require.NoError(t, err)
-	tb, err := c.BlockTable(nil, b.Seq, 1)
-	require.NoError(t, err)
-	require.Equal(t, ta, tb)
+	for sl := range 2 {
+		ta, err := c.BlockTable(nil, a.Seq, sl)
+		require.NoError(t, err)
+		tb, err := c.BlockTable(nil, b.Seq, sl)
+		require.NoError(t, err)
+		require.Equal(t, ta, tb)
+	}
 	require.Equal(t, int64(4), c.Stats().GPU.Capacity-c.Stats().GPU.Free)
 	// A third request reuses both blocks at once.
 	d, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
 	require.NoError(t, err)
 	require.Equal(t, 8, d.ReusedTokens)
+	require.Zero(t, d.BeingWrittenTokens)
 }
 
 func TestNamespacesNeverShare(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, nil)
 	c, err := New(Config{Layout: l, GPU: Capacity{Units: 16}})
 	require.NoError(t, err)
-	_, err = c.Acquire(Request{Tokens: seqTokens(8, 0), Namespace: "tenant-a"})
+	a, err := c.Acquire(Request{Tokens: seqTokens(8, 0), Namespace: "tenant-a"})
 	require.NoError(t, err)
+	require.NoError(t, c.Commit(a.Seq, 8))
 	p, err := c.Acquire(Request{Tokens: seqTokens(8, 0), Namespace: "tenant-b"})
 	require.NoError(t, err)
 	require.Zero(t, p.HitUnits)
@@ -335,8 +349,16 @@ func TestTruncateDetachesOrCopies(t *testing.T) {
 	require.NoError(t, err)
 	p, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
 	require.NoError(t, err)
+	// Uncommitted: the block just becomes partial again.
+	tp, err := c.Truncate(p.Seq, 1)
+	require.NoError(t, err)
+	require.Zero(t, tp.CopiedUnits)
+	require.Empty(t, events, "nothing was ever shared")
+	_, err = c.Append(p.Seq, 7)
+	require.NoError(t, err)
+	require.NoError(t, c.Commit(p.Seq, 8))
 	// Only user, leaf: the block is detached, no copy.
-	tp, err := c.Truncate(p.Seq, 2)
+	tp, err = c.Truncate(p.Seq, 2)
 	require.NoError(t, err)
 	require.Zero(t, tp.CopiedUnits)
 	require.Equal(t, BlockRemoved, events[len(events)-1].Kind)
@@ -365,6 +387,8 @@ func TestEventsDescribeBlocks(t *testing.T) {
 	require.NoError(t, err)
 	p, err := c.Acquire(Request{Tokens: seqTokens(8, 0), Namespace: "ns"})
 	require.NoError(t, err)
+	require.Empty(t, events, "a block is stored when committed")
+	require.NoError(t, c.Commit(p.Seq, 8))
 	require.Len(t, events, 2)
 	require.Equal(t, BlockStored, events[0].Kind)
 	require.False(t, events[0].HasParent)
@@ -372,16 +396,17 @@ func TestEventsDescribeBlocks(t *testing.T) {
 	require.Equal(t, "ns", events[0].Namespace)
 	require.True(t, events[1].HasParent)
 	require.Equal(t, events[0].Hash, events[1].ParentHash)
-	require.NoError(t, c.Release(p.Seq))
+	finish(t, c, p.Seq)
 	q, err := c.Acquire(Request{Tokens: seqTokens(4, 50)})
 	require.NoError(t, err)
 	kinds := []EventKind{}
 	for _, e := range events[2:] {
 		kinds = append(kinds, e.Kind)
 	}
-	require.Equal(t, []EventKind{UnitOffloaded, BlockStored}, kinds)
+	require.Equal(t, []EventKind{UnitOffloaded}, kinds)
 	require.Equal(t, events[1].Hash, events[2].Hash) // the tail left first
-	require.NoError(t, c.Release(q.Seq))
+	finish(t, c, q.Seq)
+	require.Equal(t, BlockStored, events[len(events)-1].Kind)
 	require.NoError(t, c.Clear())
 	require.Equal(t, AllCleared, events[len(events)-1].Kind)
 	require.Zero(t, c.Stats().Blocks)
@@ -444,8 +469,8 @@ func TestMemoryStoreRejectsBadCopies(t *testing.T) {
 
 // TestRecomputedBlockIsNotOnboarded: a block one of whose units was dropped
 // is recomputed whole, so its units on the CPU are not copied back (the
-// recompute would overwrite them): they get fresh slots and their CPU
-// copies are released.
+// recompute would overwrite them): the recompute gets fresh slots, and
+// their CPU copies are released when it is committed.
 func TestRecomputedBlockIsNotOnboarded(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, nil) // 2 units (layers) per block, 32 bytes each
 	// Flat positions and the seed layer weight: layer 0's units cost 48 ns
@@ -463,12 +488,12 @@ func TestRecomputedBlockIsNotOnboarded(t *testing.T) {
 	prompt := seqTokens(8, 0) // 2 blocks, 4 units: the whole GPU
 	p, err := c.Acquire(Request{Tokens: prompt})
 	require.NoError(t, err)
-	require.NoError(t, c.Release(p.Seq))
+	finish(t, c, p.Seq)
 	q, err := c.Acquire(Request{Tokens: seqTokens(8, 100)})
 	require.NoError(t, err)
 	require.Equal(t, 2, q.OffloadedUnits)
 	require.Equal(t, 2, q.DroppedUnits)
-	require.NoError(t, c.Release(q.Seq))
+	finish(t, c, q.Seq)
 	before := c.Stats()
 
 	adm, err := c.Admit(Request{Tokens: prompt})
@@ -488,8 +513,10 @@ func TestRecomputedBlockIsNotOnboarded(t *testing.T) {
 	require.Equal(t, before.Onboards, st.Onboards)
 	require.Equal(t, before.CPU.Hits, st.CPU.Hits)
 	require.Equal(t, before.CPU.Misses+4, st.CPU.Misses)
-	// The released CPU copies are reported dropped, then restored on the
-	// GPU, so that a router knows where each unit is.
+	// The recompute is written into a private copy; committing it releases
+	// the CPU copies, reported dropped, then restored on the GPU, so that a
+	// router knows where each unit is.
+	require.NoError(t, c.Commit(r.Seq, 8))
 	var kinds []EventKind
 	for _, e := range events {
 		if e.Slice == 0 && e.Kind != UnitOffloaded {
@@ -654,7 +681,7 @@ func TestVictimOfPartlyDroppedBlockIsDropped(t *testing.T) {
 	prompt := seqTokens(8, 0) // 2 blocks, 4 units: the whole GPU
 	p, err := c.Acquire(Request{Tokens: prompt})
 	require.NoError(t, err)
-	require.NoError(t, c.Release(p.Seq))
+	finish(t, c, p.Seq)
 	clock.Advance(time.Second)
 	events = events[:0]
 	q, err := c.Acquire(Request{Tokens: seqTokens(8, 100)})
@@ -671,10 +698,11 @@ func TestVictimOfPartlyDroppedBlockIsDropped(t *testing.T) {
 	require.Zero(t, q.OffloadedUnits)
 	require.Equal(t, 4, q.DroppedUnits)
 	require.Empty(t, q.Copies)
+	require.NoError(t, c.Commit(q.Seq, 8))
 	st := c.Stats()
 	require.Zero(t, st.Offloads)
 	require.Zero(t, st.CPU.Cached)
-	// Blocks with no bytes left are forgotten: the prompt is computed anew.
+	// Blocks with no bytes left are forgotten: the tree holds q's only.
 	require.Equal(t, 2, st.Blocks)
 	require.NoError(t, c.checkInvariants())
 }
@@ -714,4 +742,14 @@ func TestSparseSequenceKeepsOffloadingPartlyDroppedBlocks(t *testing.T) {
 	require.Equal(t, 2, res.Onboarded)
 	require.Zero(t, res.Recompute)
 	require.NoError(t, c.checkInvariants())
+}
+
+// finish is a test server ending a request that ran: every token it holds
+// was computed, so it commits them all (to be shared) and releases it.
+func finish(t testing.TB, c *Cache, id SeqID) {
+	t.Helper()
+	n, err := c.Len(id)
+	require.NoError(t, err)
+	require.NoError(t, c.Commit(id, n))
+	require.NoError(t, c.Release(id))
 }

@@ -37,6 +37,14 @@ type blockRec struct {
 	prio    int8
 	live    bool
 	prioDur time.Duration
+	// twin is, for a private block that recomputes a cached block (see
+	// recomputeCopy), that block's record; -1 otherwise.
+	twin int32
+	// hash is the chain hash of a private full block (its twin's for a
+	// recompute copy); indexed says whether it is counted in
+	// Cache.writing.
+	hash    uint64
+	indexed bool
 	// gen is the record's generation: freeing the record increments it,
 	// so that the UnitIDs of the record's next block differ from those of
 	// every block it held before (see UnitID).
@@ -60,7 +68,7 @@ func (c *Cache) allocBlock(index, chunks int, prio int, dur time.Duration) int32
 		}
 	}
 	c.blocks[b] = blockRec{index: int32(index), chunks: int32(max(chunks, index+1)),
-		prio: int8(prio), prioDur: dur, live: true, gen: c.blocks[b].gen}
+		prio: int8(prio), prioDur: dur, live: true, gen: c.blocks[b].gen, twin: -1}
 	return b
 }
 

@@ -62,6 +62,9 @@ type Cache struct {
 
 	seqs    map[SeqID]*sequence
 	nextSeq SeqID
+	// writing counts the private full blocks of live sequences by chain
+	// hash (see commit.go).
+	writing map[uint64]int32
 
 	tx      txn
 	scratch scratch
@@ -123,6 +126,7 @@ func New(cfg Config) (*Cache, error) {
 		mover:       cfg.Mover,
 		sink:        cfg.Events,
 		seqs:        make(map[SeqID]*sequence),
+		writing:     make(map[uint64]int32),
 		nextSeq:     1,
 	}
 	if cfg.CostModel != nil {

@@ -13,7 +13,8 @@ func smallModel() layout.Model {
 }
 
 // A server's loop: acquire a prompt, compute what the plan says, decode,
-// release; a second request with the same prefix reuses it.
+// commit what was computed, release; a second request with the same prefix
+// reuses it.
 func Example() {
 	l, _ := layout.New(smallModel(), layout.PagedLayer, 16)
 	gpu := kvcache.Capacity{Units: 64}
@@ -28,9 +29,12 @@ func Example() {
 	fmt.Println("compute", plan.Compute, "fresh units", plan.FreshUnits)
 	table, _ := c.BlockTable(nil, plan.Seq, 0) // layer 0's slots, for the kernel
 	fmt.Println("layer 0 block table", table)
+	// The prefill runs; each decode step's Append commits the tokens
+	// computed before it, which makes their full blocks reusable.
 	for tok := uint32(100); tok < 108; tok++ {
-		plan, _ = c.Append(plan.Seq, tok) // decode: block 2 fills at token 47
+		plan, _ = c.Append(plan.Seq, tok) // block 2 fills at token 47
 	}
+	_ = c.Commit(plan.Seq, plan.Tokens) // the last step ran too
 	_ = c.Release(plan.Seq)
 
 	again, _ := c.Acquire(kvcache.Request{Tokens: append(prompt[:32:32], 7, 7)})
@@ -57,6 +61,7 @@ func ExampleMemoryStore() {
 		loc, _ := c.Locate(plan.Seq, b, 0)
 		copy(store.Bytes(kvcache.GPU, loc.Pool, loc.Slot), fmt.Sprintf("block %d KV", b))
 	}
+	_ = c.Commit(plan.Seq, 32) // written: shared from now on
 	_ = c.Release(plan.Seq)
 
 	other, _ := c.Acquire(kvcache.Request{Tokens: make([]uint32, 32), Namespace: "other"})

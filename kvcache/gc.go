@@ -44,13 +44,20 @@ func (c *Cache) collect(b int32) {
 }
 
 // discardPrivate frees a private block that no sequence holds any more: its
-// units leave their tiers (a partial block is not reusable).
-func (c *Cache) discardPrivate(b int32) {
+// units leave their tiers (nothing uncommitted is reusable). sparse says
+// whether its last holder was sparse (the reference it held on a recompute
+// copy's twin was counted so).
+func (c *Cache) discardPrivate(b int32, sparse bool) {
 	for sl := range c.numSlices {
 		u := c.unit(b, sl)
 		c.freeUnit(u)
 	}
+	c.unindexWriting(b)
+	twin := c.blocks[b].twin
 	c.freeBlock(b)
+	if twin >= 0 {
+		c.unref(twin, sparse)
+	}
 }
 
 // freeUnit releases u's slot, if any, and marks it dropped without a drop
@@ -82,10 +89,21 @@ func (c *Cache) unref(b int32, sparse bool) {
 		return
 	}
 	if r.node == nil {
-		c.discardPrivate(b)
+		c.discardPrivate(b, sparse)
 		return
 	}
 	if r.held == 0 {
 		c.collect(b)
 	}
+}
+
+// dropResident drops u, an evictable unit holding a slot: its bytes are
+// not to be trusted (a restore nobody declared written).
+func (c *Cache) dropResident(u UnitID) {
+	t := c.uTier[c.ix(u)]
+	a := c.arenaOf(t, c.poolOfUnit(u))
+	a.remove(u, false)
+	a.push(c.uSlot[c.ix(u)])
+	c.dropUnit(u)
+	c.emitTier(u, t, Dropped)
 }

@@ -18,6 +18,7 @@ func (c *Cache) checkAccounting(policies bool) error {
 	want := make(map[UnitID]int32)
 	refs := make(map[int32]int32)
 	sparseRefs := make(map[int32]int32)
+	writing := make(map[uint64]int32)
 	for id, s := range c.seqs {
 		if len(s.blocks) != c.numBlocks(len(s.tokens)) {
 			return fmt.Errorf("seq %d: %d blocks for %d tokens", id, len(s.blocks), len(s.tokens))
@@ -34,12 +35,41 @@ func (c *Cache) checkAccounting(policies bool) error {
 			if !r.live {
 				return fmt.Errorf("seq %d block %d: record %d not live", id, i, b)
 			}
+			// Committed blocks are full and in the tree; a sequence's
+			// private blocks (uncommitted, partial, recompute copies) are
+			// its alone, and every full block before firstPrivate is
+			// committed.
 			full := (i+1)*c.blockTokens <= len(s.tokens)
-			if full != (r.node != nil) {
-				return fmt.Errorf("seq %d block %d: full %t but in tree %t", id, i, full, r.node != nil)
+			if !full && r.node != nil {
+				return fmt.Errorf("seq %d block %d: partial but in the tree", id, i)
+			}
+			if i < s.firstPrivate && r.node == nil {
+				return fmt.Errorf("seq %d block %d: private before firstPrivate %d", id, i, s.firstPrivate)
 			}
 			if r.node != nil && r.node.Depth() != i+1 {
 				return fmt.Errorf("seq %d block %d: node depth %d", id, i, r.node.Depth())
+			}
+			if r.node == nil {
+				wantIndexed := full && r.twin < 0
+				if r.indexed != wantIndexed {
+					return fmt.Errorf("seq %d block %d: private, full %t, twin %d, indexed %t", id, i, full, r.twin, r.indexed)
+				}
+				if r.indexed {
+					writing[r.hash]++
+				}
+				if r.twin >= 0 {
+					// The sequence holds its copy's twin too.
+					refs[r.twin]++
+					if s.sparse {
+						sparseRefs[r.twin]++
+					}
+					tw := &c.blocks[r.twin]
+					if !full || !tw.live || tw.node == nil || tw.node.Depth() != i+1 || r.hash != tw.node.Hash() {
+						return fmt.Errorf("seq %d block %d: recompute copy of a bad twin %d", id, i, r.twin)
+					}
+				}
+			} else if r.twin >= 0 || r.indexed {
+				return fmt.Errorf("seq %d block %d: committed with twin %d or indexed %t", id, i, r.twin, r.indexed)
 			}
 			if int(r.index) != i {
 				// BlockTable places step pins by the record's index.
@@ -63,6 +93,14 @@ func (c *Cache) checkAccounting(policies bool) error {
 			if !found {
 				return fmt.Errorf("seq %d: step pin on unit %d of a block it does not hold", id, u)
 			}
+		}
+	}
+	if len(writing) != len(c.writing) {
+		return fmt.Errorf("%d hashes of blocks being written, %d indexed", len(writing), len(c.writing))
+	}
+	for h, n := range writing {
+		if c.writing[h] != n {
+			return fmt.Errorf("hash %x: %d blocks being written, %d indexed", h, n, c.writing[h])
 		}
 	}
 	type count struct{ used, pinned int }

@@ -11,8 +11,8 @@ import "github.com/kvtier/kvtier/radix"
 // either copy serves. s's private block is then forgotten.
 //
 // Handing s's slot to n's unit swaps keys in the GPU policy. A policy that
-// refuses the new key poisons the cache (ErrPolicy): the slot is then freed
-// and n's unit stays where it was, so every slot stays accounted for.
+// refuses the new key poisons the cache (ErrPolicy); n's unit takes the
+// slot all the same, so that slots and pins stay exact.
 func (c *Cache) mergeBlock(s *sequence, i int, n *radix.Node[int32]) {
 	b, e := s.blocks[i], n.Value
 	for sl := range c.numSlices {
@@ -39,16 +39,20 @@ func (c *Cache) mergeBlock(s *sequence, i int, n *radix.Node[int32]) {
 		// x as it was.
 		ga.owner[slot] = x
 		if err := ga.insert(x, c.entryOf(x), pins > 0); err != nil {
+			// x takes the slot all the same, so that slots and pins
+			// stay exact; only the policy does not know it.
 			c.poison(ga, "Insert of unit %d: %w", x, err)
-			ga.push(slot)
-			continue
+			ga.track(pins > 0)
 		}
 		switch c.uTier[c.ix(x)] {
 		case CPU:
+			// s computed the unit again: its CPU copy is given up, and
+			// for a router the unit was dropped and then restored.
 			ca := c.cpu[p]
 			ca.remove(x, false)
 			ca.push(c.uSlot[c.ix(x)])
-			c.emitTier(x, CPU, GPU)
+			c.emitTier(x, CPU, Dropped)
+			c.emitTier(x, Dropped, GPU)
 		case Dropped:
 			c.blocks[e].held++
 			c.emitTier(x, Dropped, GPU)
@@ -60,7 +64,10 @@ func (c *Cache) mergeBlock(s *sequence, i int, n *radix.Node[int32]) {
 			s.stepPins[j] = c.unit(e, c.sliceOf(u))
 		}
 	}
-	c.addRef(e, s.sparse)
+	if c.blocks[b].twin != e {
+		// A recompute copy's sequence holds its twin already.
+		c.addRef(e, s.sparse)
+	}
 	c.freeBlock(b)
 	s.blocks[i] = e
 }

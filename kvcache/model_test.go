@@ -3,6 +3,7 @@ package kvcache
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -97,6 +98,9 @@ type modelConfig struct {
 	cpu     Capacity
 	policy  func() PolicyFactory
 	cost    *costmodel.Model
+	// chaos, when positive, wraps every policy in a chaosPolicy that
+	// breaks the contract in one call in chaos.
+	chaos int
 }
 
 func constFactory(f PolicyFactory) func() PolicyFactory { return func() PolicyFactory { return f } }
@@ -122,6 +126,24 @@ type refSeq struct {
 	tokens  []uint32
 	sparse  bool
 	pending []uint32
+	// unwritten holds the token ranges the cache told the server to
+	// compute that its forward pass has not written yet: the harness plays
+	// a server that writes late (chunked prefill, a step that has not run)
+	// or never (a request dropped before its prefill).
+	unwritten []TokenRange
+	// committed is how many tokens the server declared written (Commit,
+	// or implicitly Append and Fork).
+	committed int
+}
+
+// written reports whether token j of q has been written.
+func (q *refSeq) written(j int) bool {
+	for _, r := range q.unwritten {
+		if j >= r.Start && j < r.End {
+			return false
+		}
+	}
+	return j < len(q.tokens)
 }
 
 type harness struct {
@@ -144,6 +166,10 @@ type harness struct {
 	plans  ledger
 	// counts of what happened, to show the test exercised each path
 	counts map[string]int
+	// chaos is the world of the chaos policies (nil without them);
+	// poisoned is the ErrPolicy error that ended the run.
+	chaos    *chaosWorld
+	poisoned error
 }
 
 func newHarness(t testing.TB, mc modelConfig, choose func(int) int) *harness {
@@ -159,6 +185,15 @@ func newHarness(t testing.TB, mc modelConfig, choose func(int) int) *harness {
 		Events: func(e Event) { h.events = append(h.events, e); h.route(e) }}
 	if mc.policy != nil {
 		cfg.GPUPolicy, cfg.CPUPolicy = mc.policy(), mc.policy()
+	}
+	if mc.chaos > 0 {
+		h.chaos = &chaosWorld{choose: choose, oneIn: mc.chaos, breaches: map[string]int{}}
+		for _, f := range []*PolicyFactory{&cfg.GPUPolicy, &cfg.CPUPolicy} {
+			if *f == nil {
+				*f = LRUFactory
+			}
+			*f = chaosFactory(h.chaos, *f)
+		}
 	}
 	h.c, err = New(cfg)
 	require.NoError(t, err)
@@ -283,10 +318,10 @@ type expectedAcquire struct {
 // predictAcquire predicts the plan of a dense Acquire of req from the state
 // before the call, by the rule of Acquire: every unit of every prompt block
 // is pinned; a matched block one of whose units has no bytes is recomputed
-// whole, so its units on the GPU are hits and all its others are fresh (a
-// CPU copy is not brought back to be overwritten); the units of other
-// matched blocks are hits or onboards; unmatched blocks are fresh. It also
-// returns how many units of recomputed blocks were on the CPU.
+// whole into a private copy, so all its units are fresh (a CPU copy is not
+// brought back to be overwritten); the units of other matched blocks are
+// hits or onboards; unmatched blocks are fresh. It also returns how many
+// units of recomputed blocks were on the CPU.
 func (h *harness) predictAcquire(req Request) (expectedAcquire, int) {
 	c := h.c
 	c.mu.Lock()
@@ -302,19 +337,22 @@ func (h *harness) predictAcquire(req Request) (expectedAcquire, int) {
 			dropped = dropped || c.uTier[c.ix(c.unit(n.Value, sl))] == Dropped
 		}
 		if dropped {
+			// Recomputed whole into a private copy: every unit fresh.
 			e.recompute += min((i+1)*B, len(req.Tokens)) - i*B
+			e.fresh += c.numSlices
+			for sl := range c.numSlices {
+				if c.uTier[c.ix(c.unit(n.Value, sl))] == CPU {
+					released++
+				}
+			}
+			continue
 		}
 		for sl := range c.numSlices {
-			switch t := c.uTier[c.ix(c.unit(n.Value, sl))]; {
-			case t == GPU:
+			switch c.uTier[c.ix(c.unit(n.Value, sl))] {
+			case GPU:
 				e.hits++
-			case t == CPU && !dropped:
+			case CPU:
 				e.onboards++
-			case t == CPU:
-				released++
-				e.fresh++
-			default:
-				e.fresh++
 			}
 		}
 	}
@@ -471,12 +509,46 @@ func (h *harness) fillUnit(id SeqID, block, sl int) {
 	}
 }
 
+// fillPlan records what plan p tells the server to compute for sequence
+// id; the harness writes it later, when the forward pass runs (forward).
 func (h *harness) fillPlan(id SeqID, p Plan) {
+	q := h.ref[id]
 	for _, r := range p.Compute {
 		require.GreaterOrEqual(h.t, r.Start, 0)
-		require.LessOrEqual(h.t, r.End, len(h.ref[id].tokens))
-		h.fill(id, r.Start, r.End)
+		require.LessOrEqual(h.t, r.End, len(q.tokens))
+		q.unwritten = append(q.unwritten, r)
 	}
+}
+
+// forward runs the server's forward pass for sequence id up to token upTo:
+// it writes every range the cache asked for below upTo.
+func (h *harness) forward(id SeqID, upTo int) {
+	q := h.ref[id]
+	var rest []TokenRange
+	for _, r := range q.unwritten {
+		if r.Start < upTo {
+			h.fill(id, r.Start, min(r.End, upTo))
+		}
+		if r.End > upTo {
+			rest = append(rest, TokenRange{Start: max(r.Start, upTo), End: r.End})
+		}
+	}
+	q.unwritten = rest
+	if len(rest) == 0 {
+		q.unwritten = nil
+	}
+}
+
+// cut forgets the unwritten ranges of q past token n (truncated).
+func (q *refSeq) cut(n int) {
+	var rest []TokenRange
+	for _, r := range q.unwritten {
+		if r.Start < n {
+			rest = append(rest, TokenRange{Start: r.Start, End: min(r.End, n)})
+		}
+	}
+	q.unwritten = rest
+	q.committed = min(q.committed, n)
 }
 
 // checkBytes verifies every unit with bytes against its tokens.
@@ -494,6 +566,9 @@ func (h *harness) checkBytes() {
 			}
 		}
 	}
+	// A tree block holds only committed, hence written, KV: every byte of
+	// every unit with bytes is checked. A private block is checked where
+	// its owner's server wrote it.
 	for b := range c.blocks {
 		r := &c.blocks[b]
 		if !r.live || r.held == 0 {
@@ -502,6 +577,7 @@ func (h *harness) checkBytes() {
 		var keys radix.Keys
 		var tokens []uint32
 		valid := B
+		written := func(int) bool { return true }
 		idx := int(r.index)
 		if r.node != nil {
 			keys = r.node.Keys()
@@ -519,6 +595,13 @@ func (h *harness) checkBytes() {
 			keys = s.keys
 			tokens = s.tokens
 			valid = len(tokens) - idx*B
+			q := h.ref[s.id]
+			if q == nil {
+				// The sequence of an operation that met a policy breach:
+				// the server never learnt of it.
+				continue
+			}
+			written = q.written
 		}
 		ph := prefixHashes(keys, tokens)
 		for sl := range c.numSlices {
@@ -529,7 +612,7 @@ func (h *harness) checkBytes() {
 			buf := h.store.Bytes(c.uTier[c.ix(u)], c.poolOfUnit(u), c.uSlot[c.ix(u)])
 			for o := range int64(len(buf)) {
 				t := int((o / str.Token) % int64(B))
-				if t >= valid {
+				if t >= valid || !written(idx*B+t) {
 					continue
 				}
 				if buf[o] != expectedByte(ph[idx*B+t], sl, o) {
@@ -548,12 +631,18 @@ func (h *harness) checkSharing() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	B := c.blockTokens
-	require.Equal(h.t, len(h.ref), len(c.seqs))
-	for id, q := range h.ref {
-		s := c.seqs[id]
-		require.NotNil(h.t, s, "seq %d", id)
-		require.Equal(h.t, q.tokens, s.tokens, "seq %d tokens", id)
-		require.Equal(h.t, q.keys, s.keys)
+	if h.poisoned == nil {
+		// A poisoned cache may have half-done the operation that met the
+		// breach: the reference no longer follows it, its own tree must.
+		require.Equal(h.t, len(h.ref), len(c.seqs))
+		for id, q := range h.ref {
+			s := c.seqs[id]
+			require.NotNil(h.t, s, "seq %d", id)
+			require.Equal(h.t, q.tokens, s.tokens, "seq %d tokens", id)
+			require.Equal(h.t, q.keys, s.keys)
+		}
+	}
+	for id, s := range c.seqs {
 		for i, b := range s.blocks {
 			n := c.blocks[b].node
 			if n == nil {
@@ -562,7 +651,13 @@ func (h *harness) checkSharing() {
 			require.Equal(h.t, s.keys, n.Keys(), "seq %d block %d keys", id, i)
 			require.Equal(h.t, s.tokens[i*B:(i+1)*B], n.Tokens(), "seq %d block %d tokens", id, i)
 			if i > 0 {
-				require.Equal(h.t, c.blocks[s.blocks[i-1]].node, n.Parent(), "seq %d block %d parent", id, i)
+				prev := &c.blocks[s.blocks[i-1]]
+				if prev.twin >= 0 {
+					// The sequence recomputes its cached block i-1 into
+					// a private copy.
+					prev = &c.blocks[prev.twin]
+				}
+				require.Equal(h.t, prev.node, n.Parent(), "seq %d block %d parent", id, i)
 			} else {
 				require.Nil(h.t, n.Parent())
 			}
@@ -577,7 +672,10 @@ func (h *harness) checkSharing() {
 func (h *harness) checkTables() {
 	c := h.c
 	var table []int32
-	for id := range h.ref {
+	c.mu.Lock()
+	ids := slices.Collect(maps.Keys(c.seqs))
+	c.mu.Unlock()
+	for _, id := range ids {
 		c.mu.Lock()
 		s := c.seqs[id]
 		own := map[UnitID]bool{}
@@ -616,7 +714,10 @@ func (h *harness) checkTables() {
 }
 
 func (h *harness) checkAll() {
-	require.NoError(h.t, h.c.checkInvariants(), "step %d", h.steps)
+	// A chaos policy may lose keys without the cache noticing (a swallowed
+	// Insert of a unit that is never evicted): the policies' Len is then
+	// not the cache's business, its own accounting is.
+	require.NoError(h.t, h.c.checkAccounting(h.chaos == nil), "step %d", h.steps)
 	h.checkTables()
 	h.checkBytes()
 	h.checkSharing()
@@ -625,7 +726,30 @@ func (h *harness) checkAll() {
 		require.Equal(h.t, ts.Capacity, ts.Free+ts.Pinned+ts.Cached)
 	}
 	require.Zero(h.t, st.CPU.Pinned)
-	h.checkLedger()
+	if h.poisoned == nil {
+		// The operation that met a breach may be half-done: its plan was
+		// not returned, so the ledger cannot follow it.
+		h.checkLedger()
+	}
+}
+
+// notePoisoned records that a chaos policy's breach poisoned the cache (err
+// wraps ErrPolicy) and checks what a poisoned cache still owes: every later
+// change refused with the same error, reads answering.
+func (h *harness) notePoisoned(err error) {
+	require.NotNil(h.t, h.chaos, "step %d: ErrPolicy without a chaos policy: %v", h.steps, err)
+	h.poisoned = err
+	h.counts["poisoned"]++
+	_, err2 := h.c.Acquire(Request{Tokens: []uint32{1, 2, 3, 4, 5}})
+	require.ErrorIs(h.t, err2, ErrPolicy)
+	for _, id := range h.order {
+		if _, err := h.c.Len(id); err != nil {
+			continue // the operation that met the breach released it
+		}
+		_, err2 = h.c.Append(id, 1)
+		require.ErrorIs(h.t, err2, ErrPolicy)
+		break
+	}
 }
 
 // expectUnchanged asserts that a failed operation left the state as before.
@@ -637,11 +761,32 @@ func (h *harness) expectUnchanged(before snapshot, err error, sentinels ...error
 		matched = matched || errors.Is(err, s)
 	}
 	require.True(h.t, matched, "step %d: error %v is none of %v", h.steps, err, sentinels)
+	h.requireSameState(before, fmt.Sprintf("failed op: %v", err))
+}
+
+// requireSameState asserts that the state is as in before; why names the
+// call that should have changed nothing.
+func (h *harness) requireSameState(before snapshot, why string) {
+	h.t.Helper()
 	after := h.snapshot()
-	require.Equal(h.t, before.units, after.units, "step %d: units changed by failed op: %v", h.steps, err)
-	require.Equal(h.t, before.seqs, after.seqs, "step %d: sequences changed by failed op", h.steps)
-	require.Equal(h.t, before.stats, after.stats, "step %d: stats changed by failed op", h.steps)
-	require.Equal(h.t, before.events, after.events, "step %d: events of a failed op", h.steps)
+	require.Equal(h.t, before.units, after.units, "step %d: units changed by %s", h.steps, why)
+	require.Equal(h.t, before.seqs, after.seqs, "step %d: sequences changed by %s", h.steps, why)
+	require.Equal(h.t, before.stats, after.stats, "step %d: stats changed by %s", h.steps, why)
+	require.Equal(h.t, before.events, after.events, "step %d: events of %s", h.steps, why)
+}
+
+// expectOnlyCommitted asserts that an Append or Fork of sequence id that
+// failed changed nothing but its implicit commit: the sequence's tokens are
+// as before, and committing them now changes nothing more.
+func (h *harness) expectOnlyCommitted(id SeqID, err error) {
+	h.t.Helper()
+	require.True(h.t, errors.Is(err, ErrNoSpace) || errors.Is(err, ErrCopyFailed), "step %d: %v", h.steps, err)
+	toks, err2 := h.c.SequenceTokens(nil, id)
+	require.NoError(h.t, err2)
+	require.True(h.t, slices.Equal(h.ref[id].tokens, toks), "step %d: tokens of a failed call", h.steps)
+	mid := h.snapshot()
+	require.NoError(h.t, h.c.Commit(id, len(toks)))
+	h.requireSameState(mid, "a Commit after the implicit one")
 }
 
 // partlyDropped returns the hashes of the tree's blocks that lack a unit's
@@ -657,6 +802,9 @@ func (h *harness) partlyDropped() map[uint64]bool {
 		if s.sparse {
 			for _, b := range s.blocks {
 				sparse[b] = true
+				if tw := c.blocks[b].twin; tw >= 0 {
+					sparse[tw] = true // held through a recompute copy
+				}
 			}
 		}
 	}
@@ -680,6 +828,11 @@ func (h *harness) partlyDropped() map[uint64]bool {
 // partlyDropped) was offloaded by it: such a victim must be dropped.
 func (h *harness) checkNoWastedOffload(partly map[uint64]bool, fromEvent int) {
 	for _, e := range h.events[fromEvent:] {
+		if e.Kind == UnitRestored {
+			// A commit merged a recomputed copy into the block: it may
+			// hold every unit's bytes again.
+			delete(partly, e.Hash)
+		}
 		if !partly[e.Hash] {
 			continue
 		}
@@ -700,9 +853,16 @@ func (h *harness) step() {
 	failing := h.choose(20) == 0
 	h.mover.armed = failing
 	failedBefore := h.mover.failed
+	// committing is the sequence whose Append or Fork commits implicitly:
+	// when the call fails, that commit stays (see Append).
+	var committing SeqID
 	okErr := func(err error) bool {
 		if err == nil {
 			return true
+		}
+		if errors.Is(err, ErrPolicy) {
+			h.notePoisoned(err)
+			return false
 		}
 		if errors.Is(err, ErrCopyFailed) {
 			require.True(h.t, failing)
@@ -711,6 +871,10 @@ func (h *harness) step() {
 		} else {
 			h.counts["no space"]++
 		}
+		if committing != 0 {
+			h.expectOnlyCommitted(committing, err)
+			return false
+		}
 		h.expectUnchanged(before, err, ErrNoSpace, ErrCopyFailed)
 		return false
 	}
@@ -718,7 +882,9 @@ func (h *harness) step() {
 	if len(h.order) == 0 && op%10 == 0 {
 		// An idle cache may be cleared.
 		blocks := c.Stats().Blocks
-		require.NoError(h.t, c.Clear())
+		if !okErr(c.Clear()) {
+			return
+		}
 		require.Zero(h.t, c.Stats().Blocks)
 		require.Equal(h.t, before.stats.Removed+uint64(blocks), c.Stats().Removed)
 		h.counts["clear"]++
@@ -742,8 +908,8 @@ func (h *harness) step() {
 		if h.choose(4) == 0 {
 			req.Priorities = &Priorities{Default: h.choose(101), Ranges: []PriorityRange{{Start: 0, End: 8, Priority: 90, Duration: time.Second}}}
 		}
-		// Early reuse: a live dense sequence with the same keys pins its
-		// full blocks on the GPU, so they must be hits.
+		// Reuse: a live dense sequence with the same keys pins its full
+		// blocks on the GPU, so those it committed must be hits.
 		mustReuse := 0
 		if !sparse && h.lay.Model().Windows == nil {
 			for _, q := range h.ref {
@@ -751,7 +917,7 @@ func (h *harness) step() {
 					continue
 				}
 				k := 0
-				for k+4 <= min(len(q.tokens), len(prompt)) && slices.Equal(q.tokens[k:k+4], prompt[k:k+4]) {
+				for k+4 <= min(q.committed, len(prompt)) && slices.Equal(q.tokens[k:k+4], prompt[k:k+4]) {
 					k += 4
 				}
 				mustReuse = max(mustReuse, k)
@@ -761,7 +927,7 @@ func (h *harness) step() {
 		require.NoError(h.t, err)
 		want, released := h.predictAcquire(req)
 		p, err := c.Acquire(req)
-		if !failing && !sparse {
+		if !failing && !sparse && !errors.Is(err, ErrPolicy) {
 			// Admission control predicts a dense Acquire exactly.
 			require.Equal(h.t, adm.Fits, err == nil, "step %d: admit %+v, acquire error %v", h.steps, adm, err)
 		}
@@ -795,14 +961,17 @@ func (h *harness) step() {
 				h.counts["recompute"]++
 			}
 			if released > 0 {
-				h.counts["recompute, CPU copy released"]++
+				h.counts["recompute of a block with CPU copies"]++
+			}
+			if p.BeingWrittenTokens > 0 {
+				h.counts["prompt being written by another"]++
 			}
 		}
 		h.ref[p.Seq] = q
 		h.order = append(h.order, p.Seq)
 		h.checkCopiesUseful(p.Seq, p)
 		h.fillPlan(p.Seq, p)
-	case op < 55:
+	case op < 50:
 		id, q, _ := h.pickSeq()
 		var toks []uint32
 		if len(q.pending) > 0 {
@@ -811,7 +980,20 @@ func (h *harness) step() {
 		} else {
 			toks = h.randomTokens(1 + h.choose(3))
 		}
+		// The forward pass that produced the new tokens ran; Append
+		// commits what it wrote, unless the server did already.
+		h.forward(id, len(q.tokens))
+		if h.choose(2) == 0 {
+			if !okErr(c.Commit(id, len(q.tokens))) {
+				return
+			}
+			before, partly, pinnedBefore = h.snapshot(), h.partlyDropped(), h.pinnedSlots()
+			h.counts["commit before append"]++
+		} else {
+			committing = id
+		}
 		p, err := c.Append(id, toks...)
+		q.committed = len(q.tokens)
 		if !okErr(err) {
 			return
 		}
@@ -823,6 +1005,20 @@ func (h *harness) step() {
 		h.fillPlan(id, p)
 		h.record(p, false)
 		h.counts["append"]++
+	case op < 55:
+		// A server that writes a chunk (or a step) and maybe commits it.
+		id, q, _ := h.pickSeq()
+		upTo := h.choose(len(q.tokens) + 1)
+		h.forward(id, upTo)
+		if h.choose(3) == 0 {
+			h.counts["forward pass, no commit"]++
+			return
+		}
+		if !okErr(c.Commit(id, upTo)) {
+			return
+		}
+		q.committed = max(q.committed, upTo)
+		h.counts["commit"]++
 	case op < 67:
 		id, q, _ := h.pickSeq()
 		if len(q.tokens) == 0 {
@@ -864,17 +1060,36 @@ func (h *harness) step() {
 			h.counts["sparse recompute"]++
 		}
 	case op < 80:
-		id, _, _ := h.pickSeq()
-		require.NoError(h.t, c.Release(id))
+		id, q, _ := h.pickSeq()
+		end, what := c.Release, "release"
+		switch h.choose(3) {
+		case 0:
+			// A request that finished: its last step ran and is shared.
+			h.forward(id, len(q.tokens))
+			if !okErr(c.Commit(id, len(q.tokens))) {
+				return
+			}
+			what = "release after commit"
+		case 1:
+			// A request dropped before its pending computation ran.
+			end, what = c.Abort, "abort"
+		}
+		if !okErr(end(id)) {
+			return
+		}
 		h.forget(id)
-		h.counts["release"]++
+		h.counts[what]++
 	case op < 88:
 		id, q, _ := h.pickSeq()
 		n := h.choose(min(len(q.tokens), 7) + 1)
+		if h.choose(2) == 0 {
+			h.forward(id, len(q.tokens)) // the verification pass ran
+		}
 		p, err := c.Truncate(id, n)
 		if !okErr(err) {
 			return
 		}
+		q.cut(len(q.tokens) - n)
 		q.tokens = q.tokens[:len(q.tokens)-n]
 		if q.sparse {
 			q.pending = nil
@@ -892,11 +1107,15 @@ func (h *harness) step() {
 			break
 		}
 		id, q, _ := h.pickSeq()
+		// Fork copies the parent's KV now: it must be written.
+		h.forward(id, len(q.tokens))
+		committing = id
 		p, err := c.Fork(id)
+		q.committed = len(q.tokens)
 		if !okErr(err) {
 			return
 		}
-		h.ref[p.Seq] = &refSeq{keys: q.keys, tokens: slices.Clone(q.tokens), sparse: q.sparse}
+		h.ref[p.Seq] = &refSeq{keys: q.keys, tokens: slices.Clone(q.tokens), sparse: q.sparse, committed: len(q.tokens)}
 		h.order = append(h.order, p.Seq)
 		h.checkCopiesUseful(p.Seq, p)
 		h.fillPlan(p.Seq, p)
@@ -964,10 +1183,18 @@ func runModel(t testing.TB, mc modelConfig, seed uint64, steps int) *harness {
 	for range steps {
 		h.step()
 		h.checkAll()
+		if h.poisoned != nil {
+			return h
+		}
 	}
 	for len(h.order) > 0 {
 		id := h.order[0]
-		require.NoError(t, h.c.Release(id))
+		if err := h.c.Release(id); err != nil {
+			require.ErrorIs(t, err, ErrPolicy)
+			h.notePoisoned(err)
+			h.checkAll()
+			return h
+		}
 		h.forget(id)
 		h.checkAll()
 	}
@@ -998,6 +1225,37 @@ func TestModelRandomized(t *testing.T) {
 			if mc.cpu != (Capacity{}) {
 				require.Positive(t, total["victim of a partly dropped block dropped"], "checkNoWastedOffload never met its case")
 			}
+		})
+	}
+}
+
+// TestModelChaos runs the model-based test with chaos policies: in one call
+// in a few hundred, a policy breaks its contract (see chaosPolicy). Every
+// run either goes on with every invariant intact or stops at the first
+// ErrPolicy, after which the cache's accounting, its bytes and its block
+// tables must still be exact and every change refused.
+func TestModelChaos(t *testing.T) {
+	runs, steps := 40, 400
+	if testing.Short() || raceEnabled {
+		runs, steps = 10, 200
+	}
+	for _, mc := range modelConfigs() {
+		t.Run(mc.name, func(t *testing.T) {
+			mc.chaos = 300
+			total, breaches := map[string]int{}, map[string]int{}
+			for seed := range uint64(runs) {
+				h := runModel(t, mc, seed+100, steps)
+				for k, v := range h.counts {
+					total[k] += v
+				}
+				for k, v := range h.chaos.breaches {
+					breaches[k] += v
+				}
+			}
+			t.Logf("%v", total)
+			t.Logf("breaches: %v", breaches)
+			require.Positive(t, total["poisoned"], "no run was poisoned")
+			require.Positive(t, breaches["panic"], "no policy panicked")
 		})
 	}
 }

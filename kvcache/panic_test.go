@@ -125,7 +125,11 @@ func runPanicScenario(t *testing.T, method string, tier Tier, at int) (*Cache, *
 		require.NotPanics(t, func() {
 			switch {
 			case i%3 == 2 && len(live) > 0:
-				failed = c.Release(live[0])
+				// A request that ran: commit it all, then release.
+				n, _ := c.Len(live[0])
+				if failed = c.Commit(live[0], n); failed == nil {
+					failed = c.Release(live[0])
+				}
 				if failed == nil {
 					live = live[1:]
 				}
@@ -177,7 +181,7 @@ func TestMoverPanicIsRecovered(t *testing.T) {
 	for _, base := range []uint32{0, 100, 200} {
 		p, err := c.Acquire(Request{Tokens: seqTokens(4, base)})
 		require.NoError(t, err)
-		require.NoError(t, c.Release(p.Seq))
+		finish(t, c, p.Seq)
 	}
 	st := c.Stats()
 	require.Equal(t, int64(2), st.CPU.Cached, "the first block is on the CPU")
@@ -202,7 +206,7 @@ func TestMoverPanicIsRecovered(t *testing.T) {
 	// Not poisoned.
 	p, err = c.Acquire(Request{Tokens: seqTokens(4, 0)})
 	require.NoError(t, err)
-	require.NoError(t, c.Release(p.Seq))
+	finish(t, c, p.Seq)
 	require.NoError(t, c.checkInvariants())
 }
 
@@ -224,7 +228,7 @@ func TestCostModelPanicIsRecovered(t *testing.T) {
 	for _, base := range []uint32{0, 100} {
 		p, err := c.Acquire(Request{Tokens: seqTokens(4, base)})
 		require.NoError(t, err)
-		require.NoError(t, c.Release(p.Seq))
+		finish(t, c, p.Seq)
 	}
 	armed = true
 	require.NotPanics(t, func() { _, err = c.Acquire(Request{Tokens: seqTokens(4, 200)}) })

@@ -40,6 +40,13 @@ type Plan struct {
 	// RecomputeTokens counts the tokens of Compute that were cached once
 	// and must be recomputed because a unit was dropped.
 	RecomputeTokens int
+	// BeingWrittenTokens counts, for Acquire, the prompt tokens past the
+	// cached prefix whose blocks other live sequences are writing now
+	// (computed, not yet committed). They are not shared before their
+	// commit, so this request computes its own copy (in Compute, or in
+	// Pending for a sparse request); a scheduler that would rather reuse
+	// them can Release or Abort it and retry after the writer's next step.
+	BeingWrittenTokens int
 	// Copies is the batch handed to the Mover, in order: victims'
 	// offloads, onboards and copy-on-write copies.
 	Copies []Copy
@@ -53,6 +60,9 @@ type scratch struct {
 	blocks []int32
 	units  []UnitID
 	lost   []Copy
+	hashes []uint64
+	pools  []bool
+	copies []int
 }
 
 // queuePinDiff queues into the transaction what takes a sequence from

@@ -115,7 +115,7 @@ func TestPolicyRefusesReinsertOnRollback(t *testing.T) {
 	c, gp, _ := refusingCache(t, gpu, cpu, mover, false)
 	a, err := c.Acquire(Request{Tokens: seqTokens(8, 0)}) // GPU inserts 1-4
 	require.NoError(t, err)
-	require.NoError(t, c.Release(a.Seq))
+	finish(t, c, a.Seq)
 	live, err := c.Acquire(Request{}) // an empty sequence, to call methods on
 	require.NoError(t, err)
 	// Inserts 5 and 6 take the two fresh units; the failed copy rolls them
@@ -168,11 +168,11 @@ func TestPolicyRefusesOffload(t *testing.T) {
 	// Fill the GPU, then the CPU with offloads.
 	a, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
 	require.NoError(t, err)
-	require.NoError(t, c.Release(a.Seq))
+	finish(t, c, a.Seq)
 	b, err := c.Acquire(Request{Tokens: seqTokens(8, 100)}) // offloads a: CPU inserts 1-4
 	require.NoError(t, err)
 	require.Equal(t, 4, b.OffloadedUnits)
-	require.NoError(t, c.Release(b.Seq))
+	finish(t, c, b.Seq)
 	live, err := c.Acquire(Request{})
 	require.NoError(t, err)
 	before := c.Stats()
@@ -188,32 +188,33 @@ func TestPolicyRefusesOffload(t *testing.T) {
 
 // TestPolicyRefusesMerge: a sequence fills a block equal to one committed
 // meanwhile whose units left the GPU (offloaded, or dropped and kept in the
-// tree for its child); adopting it swaps keys in the GPU policy, which
-// refuses. Append fails with ErrPolicy instead of panicking, every slot
-// stays accounted for and the cache is poisoned.
+// tree for its child); when it commits the block, adopting the cached one
+// swaps keys in the GPU policy, which refuses. Commit fails with ErrPolicy
+// instead of panicking, every slot stays accounted for and the cache is
+// poisoned.
 func TestPolicyRefusesMerge(t *testing.T) {
 	for _, cpu := range []Capacity{{Units: 8}, {}} {
 		t.Run(fmt.Sprintf("cpu-%d", cpu.Units), func(t *testing.T) {
 			c, gp, _ := refusingCache(t, Capacity{Units: 6}, cpu, nil, true)
 			s1, err := c.Acquire(Request{Tokens: seqTokens(3, 0)}) // private partial block: inserts 1, 2
 			require.NoError(t, err)
-			s2, err := c.Acquire(Request{Tokens: seqTokens(8, 0)}) // commits blocks 0, 1: inserts 3-6
+			s2, err := c.Acquire(Request{Tokens: seqTokens(8, 0)}) // blocks 0, 1: inserts 3-6
 			require.NoError(t, err)
-			require.NoError(t, c.Release(s2.Seq))
+			finish(t, c, s2.Seq) // committed
 			// FIFO evicts s2's block 0 (inserts 7, 8); it stays in the
 			// tree, on the CPU or dropped under block 1.
 			s3, err := c.Acquire(Request{Tokens: seqTokens(4, 100)})
 			require.NoError(t, err)
 			require.Equal(t, 2, s3.OffloadedUnits+s3.DroppedUnits)
-			require.Equal(t, 3, c.Stats().Blocks, "s2's block 0 is still known")
+			require.Equal(t, 2, c.Stats().Blocks, "s2's block 0 is still known")
+			_, err = c.Append(s1.Seq, 3) // fills block 0, private until committed
+			require.NoError(t, err)
 			gp.refuseAt = 9
-			var p Plan
-			require.NotPanics(t, func() { p, err = c.Append(s1.Seq, 3) })
+			require.NotPanics(t, func() { err = c.Commit(s1.Seq, 4) })
 			require.ErrorIs(t, err, ErrPolicy)
 			require.ErrorIs(t, err, errRefused)
-			require.Zero(t, p.Seq)
 			require.Equal(t, 10, gp.inserts, "the second unit of the block was adopted")
-			requireSlotsAddUp(t, c)
+			requireAccountingExact(t, c)
 			requirePoisoned(t, c, s3.Seq)
 		})
 	}
@@ -268,10 +269,10 @@ func TestPolicyEvictsWhatItMustNot(t *testing.T) {
 			// One block offloaded to the CPU, one pinned, one cached.
 			a, err := c.Acquire(Request{Tokens: seqTokens(4, 0)})
 			require.NoError(t, err)
-			require.NoError(t, c.Release(a.Seq))
+			finish(t, c, a.Seq)
 			b, err := c.Acquire(Request{Tokens: seqTokens(8, 100)})
 			require.NoError(t, err)
-			require.NoError(t, c.Release(b.Seq))
+			finish(t, c, b.Seq)
 			live, err := c.Acquire(Request{Tokens: seqTokens(4, 100)})
 			require.NoError(t, err)
 			c.mu.Lock()
@@ -315,11 +316,11 @@ func TestCPUPolicyEvictsGarbage(t *testing.T) {
 	require.NoError(t, err)
 	a, err := c.Acquire(Request{Tokens: seqTokens(4, 0)})
 	require.NoError(t, err)
-	require.NoError(t, c.Release(a.Seq))
+	finish(t, c, a.Seq)
 	b, err := c.Acquire(Request{Tokens: seqTokens(8, 100)}) // offloads a: the CPU is full
 	require.NoError(t, err)
 	require.Equal(t, 2, b.OffloadedUnits)
-	require.NoError(t, c.Release(b.Seq))
+	finish(t, c, b.Seq)
 	before := c.Stats()
 	cp.armed = true
 	require.NotPanics(t, func() { _, err = c.Acquire(Request{Tokens: seqTokens(4, 200)}) })
@@ -355,7 +356,7 @@ func TestCPUPolicyEvictsAPinnedUnit(t *testing.T) {
 		// x, then three blocks that push x and the next one to the CPU.
 		p, err := c.Acquire(Request{Tokens: seqTokens(4, base)})
 		require.NoError(t, err)
-		require.NoError(t, c.Release(p.Seq))
+		finish(t, c, p.Seq)
 	}
 	st := c.Stats()
 	require.Equal(t, int64(4), st.CPU.Cached, "x and the second block are on the CPU")

@@ -108,6 +108,16 @@ func (a *arena) insert(u UnitID, e eviction.Entry, pinned bool) error {
 	return nil
 }
 
+// track counts one more unit as tracked (pinned or not) without telling
+// the policy, which refused it: the cache is poisoned, and its accounting
+// stays exact.
+func (a *arena) track(pinned bool) {
+	a.tracked++
+	if pinned {
+		a.pinned++
+	}
+}
+
 func (a *arena) pin(u UnitID) {
 	a.policyPin(u)
 	a.pinned++

@@ -5,15 +5,17 @@ import (
 	"slices"
 )
 
-// Release ends sequence id: its units are unpinned and stay cached (lazy
-// eviction) until a policy picks them; its private partial block is freed.
-// Blocks are unpinned from the sequence's last block to its first (with
-// the blocks its last SparseAccess pinned, in the same order), so a
-// recency policy (whose Unpin counts as the latest use, as vLLM's free queue
-// does) evicts a released chain from its tail. A unit whose descendants are
-// still cached may nevertheless be evicted: it becomes dropped and stays in
-// the tree, and a later match reports its tokens for recompute while later
-// blocks still hit.
+// Release ends sequence id: its units are unpinned and its committed
+// blocks stay cached (lazy eviction) until a policy picks them; what it had
+// not committed (see Commit) is discarded, never shared. A server that wants
+// the tokens of a sequence's last step shared calls Commit first. Blocks are
+// unpinned from the sequence's last block to its first (with the blocks its
+// last SparseAccess pinned, in the same order), so a recency policy (whose
+// Unpin counts as the latest use, as vLLM's free queue does) evicts a
+// released chain from its tail. A unit whose descendants are still cached
+// may nevertheless be evicted: it becomes dropped and stays in the tree,
+// and a later match reports its tokens for recompute while later blocks
+// still hit.
 //
 // It returns an error wrapping ErrUnknownSequence for an id that is not
 // live.
@@ -25,6 +27,14 @@ func (c *Cache) Release(id SeqID) (err error) {
 	if err != nil {
 		return err
 	}
+	c.end(s)
+	return nil
+}
+
+// end unpins and forgets sequence s (Release, Abort). Units its last
+// SparseAccess restored that it never declared written are dropped again
+// unless another sequence pins them.
+func (c *Cache) end(s *sequence) {
 	c.tx.reset()
 	us := c.tx.unpins
 	for i := len(s.blocks) - 1; i >= 0; i-- {
@@ -44,12 +54,17 @@ func (c *Cache) Release(id SeqID) (err error) {
 		c.unpinUnit(u)
 	}
 	s.stepPins = s.stepPins[:0]
+	for _, u := range s.restored {
+		if i := c.ix(u); c.uTier[i] == GPU && c.uPins[i] == 0 {
+			c.dropResident(u)
+		}
+	}
+	s.restored = s.restored[:0]
 	for i := len(s.blocks) - 1; i >= 0; i-- {
 		c.unref(s.blocks[i], s.sparse)
 	}
-	delete(c.seqs, id)
+	delete(c.seqs, s.id)
 	c.collectPending()
-	return nil
 }
 
 // queueStepUnpins appends the pins of s's last SparseAccess to the

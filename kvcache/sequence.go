@@ -100,6 +100,13 @@ type sequence struct {
 	writeFrom int
 	// stepPins holds the units the last SparseAccess pinned.
 	stepPins []UnitID
+	// firstPrivate is the index of the first full block that may be
+	// private (not committed): every full block before it is in the tree.
+	firstPrivate int
+	// restored holds the units the last SparseAccess restored (dropped
+	// units given fresh slots) until the sequence declares them written
+	// (commitThrough): ending the sequence before drops them again.
+	restored []UnitID
 	// promptBlocks is the block count of the prompt given to Acquire (all
 	// of it, Plan.Pending included): the sequence's length as far as the
 	// position weight of its blocks is concerned (see chunks).

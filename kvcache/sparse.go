@@ -51,7 +51,14 @@ func (r *SparseResult) reset() {
 // sliding window are not touched.
 //
 // Touched units on the CPU are onboarded, dropped ones get fresh slots (the
-// server recomputes them), evicting others as needed. All touched units are
+// server recomputes them), evicting others as needed. A restored unit
+// (SparseUnit.From Dropped) of a block other sequences share is visible to
+// them at once: the server must write it with the layer's kernel of this
+// step, before any of them reads it (as a forward pass writes a layer's KV
+// before its attention reads it). The sequence's next SparseAccess, Append
+// or Commit declares those writes done; a sequence that ends (Release,
+// Abort) before that drops the units it alone still holds again, so a
+// restore that never ran is never served. All touched units are
 // pinned for the layer's attention: until the sequence's next SparseAccess
 // (of any layer: it replaces these pins), Append, Truncate or Release,
 // which unpins them from the last block to the first (tail first, like
@@ -119,6 +126,8 @@ func (c *Cache) SparseAccess(id SeqID, layer int, heads [][]int64, res *SparseRe
 	c.countAccess()
 	recomputed := c.scratch.fresh[:0]
 	pins := s.stepPins[:0]
+	// The previous call's restores were written by that layer's kernel.
+	s.restored = s.restored[:0]
 	for i, k := range keys {
 		n := &c.tx.needs[i]
 		sl, b := int(k>>32), int(uint32(k))
@@ -138,6 +147,7 @@ func (c *Cache) SparseAccess(id SeqID, layer int, heads [][]int64, res *SparseRe
 			res.Misses++
 			res.Recompute++
 			recomputed = append(recomputed, b)
+			s.restored = append(s.restored, n.u)
 		}
 		res.BytesRead += ub
 		res.Units = append(res.Units, SparseUnit{Block: b, KVHead: c.sliceHead[sl], Slice: sl, Pool: p, Slot: n.slot, From: from})

@@ -7,6 +7,7 @@ type counters struct {
 	recomputed                 int64
 	stored, removed            uint64
 	retiredRecords             uint64
+	aborted                    uint64
 }
 
 // TierStats describes one tier, summed over its pools. Slots are unit slots:
@@ -63,8 +64,10 @@ type Stats struct {
 	// prefix tree; Blocks is how many it holds now.
 	Stored, Removed uint64
 	Blocks          int
-	// Sequences is the number of live sequences.
+	// Sequences is the number of live sequences; Aborted counts those
+	// ended by Abort.
 	Sequences int
+	Aborted   uint64
 }
 
 // Stats returns a snapshot of the counters. It takes the lock for a time
@@ -76,7 +79,7 @@ func (c *Cache) Stats() Stats {
 		Offloads: c.st.offloads, Onboards: c.st.onboards, Copies: c.st.copies,
 		BytesMoved: c.st.bytesMoved, RecomputedTokens: c.st.recomputed,
 		Stored: c.st.stored, Removed: c.st.removed, Blocks: c.tree.Len(),
-		Sequences: len(c.seqs),
+		Sequences: len(c.seqs), Aborted: c.st.aborted,
 	}
 	for p := range c.pools {
 		addArena(&s.GPU, c.gpu[p], c.pools[p].unitBytes)

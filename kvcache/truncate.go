@@ -7,17 +7,24 @@ import (
 
 // Truncate removes the last n tokens of sequence id (speculative decoding
 // rollback) and returns the plan. Blocks past the new end are released
-// (they stay cached if committed; a partial one is freed, and if the
-// Truncate evicts its units to make room they are dropped, never copied to
-// the CPU). When the new end falls inside a
-// committed block, the sequence needs a private partial block again: if it
-// is the block's only user and the block is a leaf of the tree, the block
-// is detached from the tree (a BlockRemoved event) and kept; otherwise it is
-// copied on write into fresh GPU slots (the copies are in the plan's batch).
-// When a unit to copy or to pin again has no bytes (dropped), its block is
-// planned for recompute and none of the block's units is copied: as in
-// Acquire, they get fresh slots (units on the GPU stay pinned). The pins of
-// the sequence's SparseAccess calls are released.
+// (they stay cached if committed; uncommitted ones are discarded, and if
+// the Truncate evicts their units to make room they are dropped, never
+// copied to the CPU). When the new end falls inside a committed block, the
+// sequence needs a private partial block again: if it is the block's only
+// user and the block is a leaf of the tree, the block is detached from the
+// tree (a BlockRemoved event) and kept; otherwise it is copied on write
+// into fresh GPU slots (the copies are in the plan's batch). When a unit to
+// copy has no bytes, the partial block is computed instead and none of its
+// units is copied.
+//
+// Truncate may pin blocks the sequence no longer pinned (a sliding-window
+// layer's window moves back). A committed block one of whose units to pin
+// has no bytes is recomputed whole into a private copy, as Acquire does;
+// the plan's Compute then starts earlier than the new end, and the
+// sequence pins, in every pool, every block that recomputing from there
+// reads or writes (the window of the first recomputed token), so that no
+// layer is told to compute tokens it has no slot for. The pins of the
+// sequence's SparseAccess calls are released.
 //
 // It returns an error wrapping ErrUnknownSequence, ErrOutOfRange (n
 // negative or more than the sequence holds), ErrNoSpace or ErrCopyFailed;
@@ -47,6 +54,7 @@ func (c *Cache) Truncate(id SeqID, n int) (_ Plan, err error) {
 		last := nb - 1
 		b := newBlocks[last]
 		r := &c.blocks[b]
+		// A private block (refs 1) just becomes partial again.
 		if r.node != nil {
 			if r.refs == 1 && r.node.IsLeaf() {
 				detach = true
@@ -60,21 +68,22 @@ func (c *Cache) Truncate(id SeqID, n int) (_ Plan, err error) {
 		}
 	}
 	oldWrite := s.writeFrom
-	s.writeFrom = min(s.writeFrom, L)
-	lo := c.wantLo(c.scratch.lo, s)
-	c.scratch.lo = lo
+	lo, copies := c.repinRange(s, newBlocks, min(s.writeFrom, L), L%B != 0, cowDst, cowSrc)
 	c.tx.reset()
 	c.queuePinDiff(s.blocks, s.pinLo, s.pinHi, newBlocks, lo, nb, cowDst, cowSrc)
 	c.queueStepUnpins(s)
 	if err := c.runTxn(); err != nil {
 		s.writeFrom = oldWrite
 		if cowDst >= 0 {
-			c.blocks[cowDst].refs = 0
-			c.freeBlock(cowDst)
+			c.dropNew(cowDst)
+		}
+		for _, i := range copies {
+			c.dropNew(newBlocks[i])
 		}
 		return Plan{}, err
 	}
 	s.stepPins = s.stepPins[:0]
+	s.restored = s.restored[:0]
 	plan := Plan{Seq: id, Tokens: L}
 	c.fillPlan(&plan)
 	for _, i := range c.scratch.fresh {
@@ -88,13 +97,28 @@ func (c *Cache) Truncate(id SeqID, n int) (_ Plan, err error) {
 	s.tokens = s.tokens[:L]
 	s.pinLo = append(s.pinLo[:0], lo...)
 	s.pinHi = nb
-	if detach {
+	s.firstPrivate = min(s.firstPrivate, L/B)
+	for _, i := range copies {
+		s.firstPrivate = min(s.firstPrivate, i)
+	}
+	if L%B != 0 {
 		b := s.blocks[nb-1]
-		c.emitBlock(BlockRemoved, b)
-		if err := c.tree.Remove(c.blocks[b].node); err == nil {
-			c.st.removed++
+		if detach {
+			c.emitBlock(BlockRemoved, b)
+			if err := c.tree.Remove(c.blocks[b].node); err == nil {
+				c.st.removed++
+			}
+			c.blocks[b].node = nil
+		} else if r := &c.blocks[b]; r.node == nil {
+			// A partial block is never committed: it leaves the index of
+			// blocks being written and a recompute copy's twin.
+			c.unindexWriting(b)
+			if r.twin >= 0 {
+				twin := r.twin
+				r.twin = -1
+				c.unref(twin, s.sparse)
+			}
 		}
-		c.blocks[b].node = nil
 	}
 	for i := len(old) - 1; i >= nb; i-- {
 		c.unref(old[i], s.sparse)
@@ -106,10 +130,69 @@ func (c *Cache) Truncate(id SeqID, n int) (_ Plan, err error) {
 	return plan, nil
 }
 
+// repinRange sets s.writeFrom and returns the pin range (first block per
+// pool) of a Truncate that leaves newBlocks (the last one partial when
+// partial is set; cowDst, if any, copied from cowSrc), and the indices of
+// the blocks it replaced in newBlocks by recompute copies. Starting from writing at
+// token from, every committed block that the range pins newly and that
+// lacks a unit's bytes there is recomputed into a private copy; the first
+// token the server then computes moves back to that block, so the range
+// grows in every pool to cover the window of that token, which may pin
+// more blocks; it stops when nothing more is recomputed before from.
+func (c *Cache) repinRange(s *sequence, newBlocks []int32, from int, partial bool, cowDst, cowSrc int32) ([]int32, []int) {
+	B := c.blockTokens
+	copies := c.scratch.copies[:0]
+	pools := c.scratch.pools[:0]
+	for range c.pools {
+		pools = append(pools, false)
+	}
+	c.scratch.pools = pools
+	for {
+		s.writeFrom = from
+		lo := c.wantLo(c.scratch.lo, s)
+		c.scratch.lo = lo
+		first := len(newBlocks)
+		for i, b := range newBlocks {
+			for p := range c.pools {
+				// Units the sequence pins already need nothing.
+				pools[p] = i >= int(lo[p]) && !(i < len(s.blocks) && s.blocks[i] == b && i >= int(s.pinLo[p]) && i < s.pinHi)
+			}
+			if b == cowDst {
+				// Filled by copying cowSrc, unless a unit to copy has
+				// no bytes: then it is computed.
+				if c.lacksBytes(cowSrc, pools) {
+					first = min(first, i)
+				}
+				continue
+			}
+			if !c.lacksBytes(b, pools) {
+				continue
+			}
+			if c.blocks[b].node != nil && !(partial && i == len(newBlocks)-1) {
+				newBlocks[i] = c.recomputeCopy(b, s.sparse)
+				copies = append(copies, i)
+			}
+			// A private block's missing units get fresh slots, and so do
+			// those of the partial block the Truncate leaves (it is
+			// detached from the tree by the same call): the server
+			// computes it whole again.
+			first = min(first, i)
+		}
+		if first*B >= from {
+			c.scratch.copies = copies
+			return lo, copies
+		}
+		from = first * B
+	}
+}
+
 // Fork starts a new sequence that shares every full block of sequence id
 // (parallel sampling, beam search) and gets a copy of its partial block
 // (copy-on-write, executed now through the Mover). The child has the
-// parent's tokens, keys, priorities and mode.
+// parent's tokens, keys, priorities and mode. Since the copy reads the
+// parent's KV now, calling Fork declares it written: Fork first commits
+// the parent's tokens, as Append does (and that commit stays if the Fork
+// then fails).
 //
 // It returns an error wrapping ErrUnknownSequence, ErrNoSpace or
 // ErrCopyFailed; nothing is then created.
@@ -120,6 +203,12 @@ func (c *Cache) Fork(id SeqID) (_ Plan, err error) {
 	s, err := c.lookupToChange(id)
 	if err != nil {
 		return Plan{}, err
+	}
+	// Fork copies the partial block now: its KV, and everything before
+	// it, is written, and the child shares only committed blocks.
+	c.commitThrough(s, len(s.tokens))
+	if c.poisoned != nil {
+		return Plan{}, c.poisoned // a merge met a policy that broke its contract
 	}
 	B := c.blockTokens
 	child := &sequence{
@@ -157,8 +246,7 @@ func (c *Cache) Fork(id SeqID) (_ Plan, err error) {
 			}
 		}
 		if cowDst >= 0 {
-			c.blocks[cowDst].refs = 0
-			c.freeBlock(cowDst)
+			c.dropNew(cowDst)
 		}
 		return Plan{}, err
 	}
@@ -173,6 +261,7 @@ func (c *Cache) Fork(id SeqID) (_ Plan, err error) {
 	plan.HitUnits = 0 // shared units are not cache hits, just more pins
 	child.pinLo = lo
 	child.pinHi = nb
+	child.firstPrivate = full
 	c.register(child)
 	c.collectPending()
 	plan.Seq = child.id

@@ -374,11 +374,8 @@ func (c *Cache) copyFailed(err error) error {
 			continue
 		}
 		// A victim put back: evictable, so not pinned.
-		a.remove(u, false)
-		a.push(cp.ToSlot)
 		a.lost++
-		c.dropUnit(u)
-		c.emitTier(u, cp.To, Dropped)
+		c.dropResident(u)
 	}
 	c.collectPending()
 	return err

@@ -50,7 +50,7 @@ func TestUnitIDNamesOneBlock(t *testing.T) {
 				// One-block prompts that never repeat.
 				p, err := c.Acquire(Request{Tokens: seqTokens(4, uint32(1000+4*i))})
 				require.NoError(t, err)
-				require.NoError(t, c.Release(p.Seq))
+				finish(t, c, p.Seq)
 				if i == 200 {
 					require.NoError(t, c.Clear())
 				}
@@ -83,11 +83,11 @@ func TestUnitIDOfAFreedBlockIsStale(t *testing.T) {
 	c.mu.Lock()
 	old := c.unit(c.seqs[a.Seq].blocks[0], 0)
 	c.mu.Unlock()
-	require.NoError(t, c.Release(a.Seq))
+	finish(t, c, a.Seq)
 	require.NoError(t, c.Clear()) // the record is free; the next block reuses it
 	b, err := c.Acquire(Request{Tokens: seqTokens(4, 100)})
 	require.NoError(t, err)
-	require.NoError(t, c.Release(b.Seq))
+	finish(t, c, b.Seq)
 	c.mu.Lock()
 	require.NotEqual(t, old, c.unit(c.blocks[0].node.Value, 0), "a reused record gets a new UnitID")
 	c.mu.Unlock()

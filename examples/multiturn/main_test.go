@@ -253,7 +253,7 @@ func TestJSONOneObjectPerPolicy(t *testing.T) {
 		var m map[string]any
 		require.NoError(t, json.Unmarshal(sc.Bytes(), &m), sc.Text())
 		for _, k := range []string{"policy", "gpu_gib", "cpu_gib", "turns", "prompt_tokens", "hit_tokens", "hit_pct",
-			"recomputed_tokens", "dropped_recompute_tokens", "new_tokens", "wasted_units", "offloads", "onboards", "drops",
+			"recomputed_tokens", "dropped_recompute_tokens", "new_tokens", "offloads", "onboards", "drops",
 			"bytes_moved", "gib_moved", "ttft_mean_ms", "ttft_p50_ms", "ttft_p99_ms", "compute_mean_ms", "onboard_mean_ms", "deferred"} {
 			require.Contains(t, m, k)
 		}

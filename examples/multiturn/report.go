@@ -166,12 +166,6 @@ func explain(rep *report, rows []result) []string {
 	out = append(out, fmt.Sprintf("Fewest recomputed tokens: %s, %d%s; new tokens (user messages, first use of a system prompt) are %.1f%% of all prompt tokens.",
 		br.Policy, br.RecomputedTokens, vs(br, float64(br.RecomputedTokens), float64(base.RecomputedTokens), "%.0f", "fewer"),
 		pctOf(br.NewTokens, br.PromptTokens)))
-	bw := best(func(a, b result) bool { return a.WastedUnits > b.WastedUnits })
-	if bw.WastedUnits > 0 {
-		out = append(out, fmt.Sprintf("Partly dropped blocks: %s found %d units (%s) on the GPU although their block was recomputed anyway, %.1f%% of its hit and onboarded units%s.",
-			bw.Policy, bw.WastedUnits, size(bw.WastedUnits*rep.unitBytes), pctOf(bw.WastedUnits, bw.WastedUnits+bw.HitTokens/int64(rep.cfg.BlockTokens)*int64(rep.unitsPerBlock)),
-			ifOther(bw, base, fmt.Sprintf("; %s: %d", base.Policy, base.WastedUnits))))
-	}
 	for _, r := range rows {
 		if r.Policy == base.Policy {
 			continue

@@ -38,11 +38,6 @@ type result struct {
 	// NewTokens were never computed before: user messages, and a system
 	// prompt the first time any session uses it.
 	NewTokens int64 `json:"new_tokens"`
-	// WastedUnits counts units a turn found on the GPU although their
-	// block was recomputed (another unit of the block had been dropped):
-	// bytes kept for nothing. (kvcache does not copy a CPU unit into a
-	// recomputed block, so none of them was moved.)
-	WastedUnits int64 `json:"wasted_units"`
 	// Offloads, Onboards and Drops count units (Stats); Drops is the sum of
 	// GPU drops (victims the cost model or a full CPU sent nowhere) and CPU
 	// drops.
@@ -278,6 +273,11 @@ func (m *sim) start(e event) (bool, error) {
 	}
 	m.reserved += answer
 	st.conv, st.seq = prompt, plan.Seq
+	// The prefill runs at admission in this simulation (TTFT is computed,
+	// not waited for): its blocks are written and shared from now on.
+	if err := m.cache.Commit(plan.Seq, len(prompt)); err != nil {
+		return false, err
+	}
 
 	computed := 0
 	for _, r := range plan.Compute {
@@ -303,20 +303,18 @@ func (m *sim) start(e event) (bool, error) {
 	m.res.RecomputedTokens += int64(computed - fresh)
 	m.res.DroppedRecomputeTokens += int64(plan.RecomputeTokens)
 	// Reused tokens are whole blocks, each unit of which was a GPU hit or
-	// an onboard. kvcache copies nothing into a block it recomputes (its
-	// CPU units get fresh slots), so every other hit is a unit found on
-	// the GPU in a block that is recomputed anyway (another of its units
-	// was dropped): kept there in vain.
+	// an onboard, exactly once: a block kvcache recomputes (one of its
+	// units was dropped) is written into fresh slots, none of its units
+	// a hit.
 	b, upb := m.cfg.BlockTokens, m.cache.Layout().UnitsPerBlock()
 	if plan.ReusedTokens%b != 0 {
 		return false, fmt.Errorf("session %d turn %d: %d reused tokens are not whole %d-token blocks", e.s, st.turn, plan.ReusedTokens, b)
 	}
 	reusedUnits := plan.ReusedTokens / b * upb
-	if plan.OnboardedUnits > reusedUnits || plan.HitUnits+plan.OnboardedUnits < reusedUnits {
+	if plan.HitUnits+plan.OnboardedUnits != reusedUnits {
 		return false, fmt.Errorf("session %d turn %d: %d hit and %d onboarded units do not cover the %d units of the reused blocks exactly once",
 			e.s, st.turn, plan.HitUnits, plan.OnboardedUnits, reusedUnits)
 	}
-	m.res.WastedUnits += int64(plan.HitUnits - (reusedUnits - plan.OnboardedUnits))
 
 	comp := m.costs.computeSeconds(plan.Compute)
 	onb, err := m.costs.onboardSeconds(m.costs.onboardBytes(plan.Copies))
@@ -350,11 +348,17 @@ func (m *sim) end(e event) error {
 	st := &m.state[e.s]
 	ses := &m.w.sessions[e.s]
 	t := &ses.turns[st.turn]
-	if _, err := m.cache.Append(st.seq, t.answer...); err != nil {
+	p, err := m.cache.Append(st.seq, t.answer...)
+	if err != nil {
 		// Admission reserved the answer's slots: ErrNoSpace here is a bug.
 		return err
 	}
 	m.reserved -= m.answerSlots(len(st.conv), len(t.answer))
+	// The answer was decoded: everything the turn holds is written, and
+	// shared with the session's next turn.
+	if err := m.cache.Commit(st.seq, p.Tokens); err != nil {
+		return err
+	}
 	if err := m.cache.Release(st.seq); err != nil {
 		return err
 	}

@@ -122,6 +122,10 @@ func simulate(reqs []request, s setting, opt simOptions) (result, error) {
 		}
 		res.prefixHits += prefixHits(plan, n)
 		res.recomputedBlocks += plan.RecomputeTokens / traceBlockTokens
+		// The prefill ran: its blocks are written and shared.
+		if err := c.Commit(plan.Seq, plan.Tokens); err != nil {
+			return res, fmt.Errorf("request %d: %w", i, err)
+		}
 		if err := c.Release(plan.Seq); err != nil {
 			return res, fmt.Errorf("request %d: %w", i, err)
 		}

@@ -62,10 +62,13 @@ func run(w io.Writer) error {
 				fmt.Fprintf(w, "   block %d computed into GPU slot %d\n", b, slot)
 			}
 		}
-		if plan, err = c.Append(plan.Seq, 7, 7, 7); err != nil { // decode three tokens
+		if plan, err = c.Append(plan.Seq, 7, 7, 7); err != nil { // decode: commits the prompt's KV
 			return err
 		}
-		if err := c.Release(plan.Seq); err != nil { // full blocks stay cached for reuse
+		if err := c.Commit(plan.Seq, plan.Tokens); err != nil { // the last step ran: share it too
+			return err
+		}
+		if err := c.Release(plan.Seq); err != nil { // committed blocks stay cached for reuse
 			return err
 		}
 	}

@@ -31,6 +31,7 @@ func TestAsKVCachePolicy(t *testing.T) {
 		plan, err := c.Acquire(kvcache.Request{Tokens: prompt})
 		require.NoError(t, err)
 		hits += plan.HitUnits
+		require.NoError(t, c.Commit(plan.Seq, plan.Tokens)) // the prefill ran: share it
 		require.NoError(t, c.Release(plan.Seq))
 		st := c.Stats().GPU
 		require.Equal(t, st.Capacity, st.Free+st.Pinned+st.Cached)

@@ -1,0 +1,258 @@
+package kvcache
+
+import (
+	"fmt"
+
+	"github.com/kvtier/kvtier/radix"
+)
+
+// The life of a block. A sequence writes only into its private blocks: the
+// blocks of an Acquire's prompt past the cached prefix, the blocks an Append
+// fills, copy-on-write copies, and private copies of cached blocks it
+// recomputes (recomputeCopy). A private block is invisible to every other
+// sequence. It becomes shared when the server declares its bytes written
+// (Commit, or implicitly the sequence's next Append or Fork): it is then
+// inserted into the prefix tree (a BlockStored event), or, when another
+// sequence committed an equal block first, merged into that block
+// (mergeBlock). A sequence that ends (Release, Abort) or truncates before
+// that discards its private blocks: nothing it had not declared written is
+// ever read by anyone else. So every unit of a tree block that holds bytes
+// holds written KV, and a request never reuses a block whose prefill was
+// dropped, failed or is still running in another chunk.
+//
+// A request whose prompt continues into blocks another live sequence is
+// writing computes its own copy (nothing is shared before it is written);
+// Plan.BeingWrittenTokens and Admission.BeingWrittenTokens tell a scheduler
+// how many of its tokens it could reuse by waiting for that commit. The
+// private full blocks of live sequences are indexed by chain hash for that
+// answer (writing).
+
+// Commit declares that the KV of the first upTo tokens of sequence id is
+// written (every layer), so the full blocks among them become reusable by
+// other requests: each is inserted into the prefix tree, or adopted from it
+// when an equal block was committed first (the sequence's table may then
+// point at that block's slots). A server calls it after each chunk of a
+// chunked prefill, and before Release when it wants the tokens of the
+// sequence's last step shared. Append and Fork commit every token the
+// sequence held before them without being asked; Release and Abort commit
+// nothing. Committing fewer tokens than already committed does nothing.
+//
+// It returns an error wrapping ErrUnknownSequence, or ErrOutOfRange when
+// upTo is negative or more than the sequence holds.
+func (c *Cache) Commit(id SeqID, upTo int) (err error) {
+	c.mu.Lock()
+	defer c.unlock()
+	defer c.reportBreach(&err)
+	s, err := c.lookupToChange(id)
+	if err != nil {
+		return err
+	}
+	if upTo < 0 || upTo > len(s.tokens) {
+		return fmt.Errorf("%w: commit %d tokens of a sequence of %d", ErrOutOfRange, upTo, len(s.tokens))
+	}
+	c.commitThrough(s, upTo)
+	c.collectPending()
+	return nil
+}
+
+// Abort ends sequence id whose pending computation will not run (the
+// forward pass failed, the client went away before its prefill): its
+// committed blocks stay cached, everything it had not committed is
+// discarded and never shared. Release does the same for a sequence that
+// finished; they differ in what Stats counts (Stats.Aborted).
+//
+// It returns an error wrapping ErrUnknownSequence for an id that is not
+// live.
+func (c *Cache) Abort(id SeqID) (err error) {
+	c.mu.Lock()
+	defer c.unlock()
+	defer c.reportBreach(&err)
+	s, err := c.lookupToChange(id)
+	if err != nil {
+		return err
+	}
+	c.end(s)
+	c.st.aborted++
+	return nil
+}
+
+// commitThrough commits, in order, the private full blocks of s below
+// token upTo (see the top of this file).
+func (c *Cache) commitThrough(s *sequence, upTo int) {
+	full := upTo / c.blockTokens
+	s.restored = s.restored[:0]
+	for i := s.firstPrivate; i < full; i++ {
+		b := s.blocks[i]
+		if c.blocks[b].node != nil {
+			continue
+		}
+		var parent *radix.Node[int32]
+		if i > 0 {
+			parent = c.blocks[s.blocks[i-1]].node
+		}
+		c.unindexWriting(b)
+		c.commitBlock(s, i, parent)
+	}
+	s.firstPrivate = max(s.firstPrivate, full)
+}
+
+// commitBlock inserts full block i of s into the tree under parent (the
+// node of block i-1, nil for the first block). When an equal block is
+// cached there already (another sequence committed the same tokens first,
+// or s recomputed a cached block), s adopts it and its own copy is merged
+// away (mergeBlock).
+func (c *Cache) commitBlock(s *sequence, i int, parent *radix.Node[int32]) {
+	B := c.blockTokens
+	n, created, err := c.tree.InsertChild(parent, s.keys, s.tokens[i*B:(i+1)*B], s.extra)
+	if err != nil {
+		// Unreachable: the parent is live (referenced by s), the keys
+		// are s's and the extra keys were validated by Acquire.
+		return
+	}
+	b := s.blocks[i]
+	if created {
+		n.Value = b
+		c.blocks[b].node = n
+		c.st.stored++
+		c.emitBlock(BlockStored, b)
+		return
+	}
+	c.mergeBlock(s, i, n)
+}
+
+// recomputeCopy returns a private block that a sequence recomputes in
+// place of the cached block twin, one of whose units it needs has no bytes:
+// the server writes the copy, and committing it restores twin's dropped
+// units from it (mergeBlock). The sequence keeps the reference it holds on
+// twin meanwhile (the caller took it), which protects the chain of cached
+// blocks after it; it is released with the copy (discardPrivate) or becomes
+// the sequence's reference to twin when the copy merges.
+func (c *Cache) recomputeCopy(twin int32, sparse bool) int32 {
+	t := &c.blocks[twin]
+	b := c.allocBlock(int(t.index), int(t.chunks), int(t.prio), t.prioDur)
+	r := &c.blocks[b]
+	r.twin = twin
+	r.hash = t.node.Hash()
+	c.addRef(b, sparse)
+	return b
+}
+
+// lacksBytes reports whether a unit of block b in a pool of pools (all
+// pools when pools is nil) has no bytes.
+func (c *Cache) lacksBytes(b int32, pools []bool) bool {
+	if pools == nil {
+		return c.blocks[b].held < int32(c.numSlices)
+	}
+	for p, want := range pools {
+		if !want {
+			continue
+		}
+		for _, sl := range c.pools[p].slices {
+			if c.uTier[c.ix(c.unit(b, sl))] == Dropped {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// dropNew forgets a block an operation created (a new, copy-on-write or
+// recompute block) because the operation failed. The caller undoes the
+// reference it took on a recompute copy's twin.
+func (c *Cache) dropNew(b int32) {
+	r := &c.blocks[b]
+	r.refs, r.sparseRefs = 0, 0
+	c.unindexWriting(b)
+	c.freeBlock(b)
+}
+
+// chainState returns the hash chain's state after block i-1 of s, from
+// which block i is hashed.
+func (c *Cache) chainState(s *sequence, i int) radix.State {
+	h := c.tree.Hasher()
+	if i == 0 {
+		return h.Start(s.keys)
+	}
+	r := &c.blocks[s.blocks[i-1]]
+	if r.node != nil {
+		return r.node.State()
+	}
+	return h.Resume(s.keys, r.hash, i)
+}
+
+// indexWriting records the chain hashes of the private full blocks of s
+// from block first to the last full one that are not recompute copies
+// (their twin is in the tree already).
+func (c *Cache) indexWriting(s *sequence, first int) {
+	full := len(s.tokens) / c.blockTokens
+	if first >= full {
+		return
+	}
+	st := c.chainState(s, first)
+	B := c.blockTokens
+	for i := first; i < full; i++ {
+		b := s.blocks[i]
+		r := &c.blocks[b]
+		if r.node != nil {
+			st = r.node.State()
+			continue
+		}
+		if r.twin >= 0 || r.indexed {
+			st = c.tree.Hasher().Resume(s.keys, r.hash, i+1)
+			continue
+		}
+		var one [1]uint64
+		hs, next, err := c.tree.Hasher().Append(one[:0], st, s.tokens[i*B:(i+1)*B], s.extra)
+		if err != nil || len(hs) != 1 {
+			return // unreachable: the extra keys were validated by Acquire
+		}
+		st = next
+		r.hash, r.indexed = hs[0], true
+		c.writing[hs[0]]++
+	}
+}
+
+// unindexWriting removes private block b from the index of blocks being
+// written, if it is there.
+func (c *Cache) unindexWriting(b int32) {
+	r := &c.blocks[b]
+	if !r.indexed {
+		return
+	}
+	r.indexed = false
+	if c.writing[r.hash]--; c.writing[r.hash] <= 0 {
+		delete(c.writing, r.hash)
+	}
+}
+
+// beingWritten returns how many tokens of the full blocks of tokens from
+// block matched on (continuing the chain st of the matched prefix) live
+// sequences are writing now, counted up to the first block nobody writes.
+func (c *Cache) beingWritten(st radix.State, tokens []uint32, extra []radix.ExtraKey, matched int) int {
+	B := c.blockTokens
+	if len(c.writing) == 0 || (matched+1)*B > len(tokens) {
+		return 0
+	}
+	hs, _, err := c.tree.Hasher().Append(c.scratch.hashes[:0], st, tokens[matched*B:len(tokens)/B*B], extra)
+	c.scratch.hashes = hs[:0]
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, h := range hs {
+		if c.writing[h] == 0 {
+			break
+		}
+		n += B
+	}
+	return n
+}
+
+// matchState returns the chain state after the matched nodes (the empty
+// sequence with keys k when none matched).
+func (c *Cache) matchState(k radix.Keys, nodes []*radix.Node[int32]) radix.State {
+	if len(nodes) == 0 {
+		return c.tree.Hasher().Start(k)
+	}
+	return nodes[len(nodes)-1].State()
+}
