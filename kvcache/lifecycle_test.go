@@ -201,3 +201,37 @@ func TestSparseRestoreUndeclaredIsDropped(t *testing.T) {
 	require.Equal(t, int64(4), after.GPU.Cached, "block 1, committed, stays")
 	require.NoError(t, c.checkInvariants())
 }
+
+// TestTruncatePinsTheWindowOfItsRecompute: a Truncate that moves a
+// sliding window back re-pins blocks whose windowed units were evicted; it
+// recomputes them, and the recompute of a block reads the window before
+// it, so every layer must pin from the window of the first recomputed
+// token. Before, Plan.Compute named tokens that the windowed layer's table
+// had no slot for (-1).
+func TestTruncatePinsTheWindowOfItsRecompute(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, []int{6, 0}) // layer 0: window 6; two pools
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: 16}}) // 8 slots per pool
+	require.NoError(t, err)
+	s, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
+	require.NoError(t, err)
+	_, err = c.Append(s.Seq, seqTokens(8, 100)...)
+	require.NoError(t, err)
+	_, err = c.Append(s.Seq, 7) // window of token 16: layer 0 unpins blocks 0, 1
+	require.NoError(t, err)
+	y, err := c.Acquire(Request{Tokens: seqTokens(8, 300)})
+	require.NoError(t, err)
+	finish(t, c, y.Seq) // cached, used after s's blocks 0 and 1 were
+	x, err := c.Acquire(Request{Tokens: seqTokens(12, 500)})
+	require.NoError(t, err)
+	require.Equal(t, 4, x.DroppedUnits, "layer 0 of s's blocks 0 and 1, both layers of y's block")
+	p, err := c.Truncate(s.Seq, 7) // 10 tokens: the window of token 10 starts in block 1
+	require.NoError(t, err)
+	require.Equal(t, []TokenRange{{0, 8}}, p.Compute, "blocks 0 and 1 lack layer 0: recomputed")
+	require.Equal(t, 8, p.RecomputeTokens)
+	for sl := range 2 {
+		table, err := c.BlockTable(nil, s.Seq, sl)
+		require.NoError(t, err)
+		require.NotContains(t, table, int32(-1), "slice %d: a slot for every token to compute", sl)
+	}
+	require.NoError(t, c.checkInvariants())
+}

@@ -360,6 +360,41 @@ func (h *harness) predictAcquire(req Request) (expectedAcquire, int) {
 	return e, released
 }
 
+// checkComputePinned verifies that the server has a slot, in every layer,
+// for what plan p of sequence id asks it to compute: every block holding a
+// token of p.Compute is pinned in every pool, and so, for a dense
+// sequence, is every block a windowed layer reads while computing them (the
+// window of the first token to compute).
+func (h *harness) checkComputePinned(id SeqID, p Plan) {
+	if len(p.Compute) == 0 {
+		return
+	}
+	B := h.c.BlockTokens()
+	q := h.ref[id]
+	n := len(q.tokens)
+	first := p.Compute[0].Start
+	for sl := range h.lay.UnitsPerBlock() {
+		table, err := h.c.BlockTable(nil, id, sl)
+		require.NoError(h.t, err)
+		from := first / B
+		if w := h.lay.Pools()[h.c.SlicePool(sl)].Window; !q.sparse && w > 0 {
+			from = max(0, (first+1-w)/B)
+		} else if !q.sparse {
+			from = 0
+		}
+		for i := from; i*B < n; i++ {
+			computed := false
+			for _, r := range p.Compute {
+				computed = computed || (r.Start < (i+1)*B && r.End > i*B)
+			}
+			if !computed && q.sparse {
+				continue
+			}
+			require.NotEqual(h.t, int32(-1), table[i], "step %d: seq %d slice %d block %d: no slot, plan computes %v", h.steps, id, sl, i, p.Compute)
+		}
+	}
+}
+
 // checkCopiesUseful verifies that no copy of plan p (an onboard or a
 // copy-on-write copy) filled a unit of sequence id whose block the server
 // recomputes anyway: its bytes would be overwritten.
@@ -970,6 +1005,7 @@ func (h *harness) step() {
 		h.ref[p.Seq] = q
 		h.order = append(h.order, p.Seq)
 		h.checkCopiesUseful(p.Seq, p)
+		h.checkComputePinned(p.Seq, p)
 		h.fillPlan(p.Seq, p)
 	case op < 50:
 		id, q, _ := h.pickSeq()
@@ -1002,6 +1038,7 @@ func (h *harness) step() {
 		}
 		q.tokens = append(q.tokens, toks...)
 		require.Equal(h.t, len(q.tokens), p.Tokens)
+		h.checkComputePinned(id, p)
 		h.fillPlan(id, p)
 		h.record(p, false)
 		h.counts["append"]++
@@ -1096,9 +1133,13 @@ func (h *harness) step() {
 		}
 		require.Equal(h.t, len(q.tokens), p.Tokens)
 		h.checkCopiesUseful(id, p)
+		h.checkComputePinned(id, p)
 		h.fillPlan(id, p)
 		h.record(p, false)
 		h.counts["truncate"]++
+		if p.RecomputeTokens > 0 {
+			h.counts["truncate recompute"]++
+		}
 		if p.CopiedUnits > 0 {
 			h.counts["truncate cow"]++
 		}
@@ -1118,6 +1159,7 @@ func (h *harness) step() {
 		h.ref[p.Seq] = &refSeq{keys: q.keys, tokens: slices.Clone(q.tokens), sparse: q.sparse, committed: len(q.tokens)}
 		h.order = append(h.order, p.Seq)
 		h.checkCopiesUseful(p.Seq, p)
+		h.checkComputePinned(p.Seq, p)
 		h.fillPlan(p.Seq, p)
 		h.record(p, false)
 		h.counts["fork"]++
