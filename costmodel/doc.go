@@ -23,10 +23,15 @@
 //
 // Setting both to [Flat] gives plain Pensieve.
 //
-// Costs are float64 seconds. Every function here is pure and safe for
-// concurrent use; the types are plain values. Bad input (a negative, NaN or
-// infinite coefficient, a unit out of range, a negative inactivity, too few
-// samples to fit) returns an error wrapping one of the package's sentinels
-// ([ErrInvalidParameter], [ErrInvalidUnit], [ErrNegativeDuration],
-// [ErrTooFewSamples]); nothing here panics.
+// Costs are float64 seconds, finite and non-negative whenever the error is
+// nil (the one infinity is the documented retention value of a unit used
+// this instant). Every function here is pure and safe for concurrent use as
+// long as the weight functions it is given are; the types are plain values.
+// Bad input (a negative, NaN or infinite coefficient, a weight function that
+// returns such a weight, a cost that overflows float64, a unit out of
+// range, a negative inactivity, too few samples to fit) returns an error
+// wrapping one of the package's sentinels ([ErrInvalidParameter],
+// [ErrInvalidUnit], [ErrNegativeDuration], [ErrTooFewSamples]). Nothing here
+// panics of its own; a panic raised by a weight function is returned as an
+// error by [Recompute.Validate] and passed through by [Recompute.Cost].
 package costmodel

@@ -20,8 +20,10 @@ type Sample struct {
 // NonAttention 0 and the default (seed) weights. Fit returns an error wrapping
 // [ErrTooFewSamples] when the samples have fewer than two distinct context
 // lengths, and one wrapping [ErrInvalidParameter] when a sample is negative or
-// not finite. The fitted coefficients may come out negative on noisy data; it
-// is up to the caller to judge them.
+// not finite, or when the fit itself is not finite (samples near the float64
+// limit overflow the sums). The fitted coefficients are finite whenever the
+// error is nil, but may come out negative on noisy data; it is up to the
+// caller to judge them.
 func Fit(samples []Sample) (Recompute, error) {
 	if len(samples) == 0 {
 		return Recompute{}, fmt.Errorf("%w: no samples", ErrTooFewSamples)
@@ -52,5 +54,10 @@ func Fit(samples []Sample) (Recompute, error) {
 		return Recompute{}, fmt.Errorf("%w: %d samples share one context length %d", ErrTooFewSamples, len(samples), samples[0].ContextTokens)
 	}
 	alpha := sxy / sxx
-	return Recompute{Alpha: alpha, Beta: my - alpha*mx}, nil
+	beta := my - alpha*mx
+	if math.IsNaN(alpha) || math.IsInf(alpha, 0) || math.IsNaN(beta) || math.IsInf(beta, 0) {
+		return Recompute{}, fmt.Errorf("%w: fit of %d samples gives Alpha %v, Beta %v, not finite (the samples overflow float64)",
+			ErrInvalidParameter, len(samples), alpha, beta)
+	}
+	return Recompute{Alpha: alpha, Beta: beta}, nil
 }

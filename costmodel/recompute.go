@@ -46,8 +46,13 @@ func (u Unit) Validate() error {
 
 // WeightFunc maps an index among count items (a layer among the model's
 // layers, a chunk among a sequence's chunks) to a multiplicative weight. It is
-// called only with 0 <= index < count. A weight must be finite and
-// non-negative; [Recompute.Cost] reports anything else as an error.
+// called only with 0 <= index < count, and must return a finite,
+// non-negative weight for every such pair without panicking: a cost model is
+// shared by every unit, so a weight that is defined only for some counts is a
+// bug waiting for the first unit outside them. [Recompute.Validate] probes a
+// weight function at a fixed set of points and reports a bad weight or a
+// panic there as an error; [Recompute.Cost] checks every weight it uses and
+// reports a bad one as an error, but lets a panic through.
 type WeightFunc func(index, count int) float64
 
 // SeedLayerWeight is the default layer weight, (count-index)/count: 1 for the
@@ -92,9 +97,46 @@ type Recompute struct {
 	PositionWeight WeightFunc
 }
 
-// Validate reports whether the coefficients are finite and non-negative. The
-// error wraps [ErrInvalidParameter].
+// probeSmallCounts is the largest count whose every index Validate probes.
+const probeSmallCounts = 32
+
+// probeLargeCounts are the counts Validate probes beyond probeSmallCounts,
+// at the indices 0, 1, count/2, count-2 and count-1: long sequences of
+// chunks, and the ends of the int32 and int ranges, where index arithmetic
+// in a weight function overflows if it is going to.
+var probeLargeCounts = [...]int{64, 1000, 1 << 16, 1 << 20, math.MaxInt32, math.MaxInt}
+
+// Validate reports whether r can price units: the coefficients are finite
+// and non-negative, and each non-nil weight function returns a finite,
+// non-negative weight without panicking at every probe point. The probe
+// points are every index of every count from 1 to 32, and the indices 0, 1,
+// count/2, count-2 and count-1 of the counts 64, 1000, 2^16, 2^20,
+// 2^31-1 and math.MaxInt. A weight function that is bad only elsewhere
+// passes Validate and is caught by [Recompute.Cost] at use. The error wraps
+// [ErrInvalidParameter] and names the coefficient, or the weight function,
+// the point and what it returned (or why it panicked).
 func (r Recompute) Validate() error {
+	if err := r.validateCoefficients(); err != nil {
+		return err
+	}
+	for _, w := range [...]struct {
+		name string
+		f    WeightFunc
+	}{{"LayerWeight", r.LayerWeight}, {"PositionWeight", r.PositionWeight}} {
+		if w.f == nil {
+			continue // the seed weights are finite and non-negative everywhere
+		}
+		if err := probeWeight(w.name, w.f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateCoefficients is the part of Validate that Cost repeats at every
+// call: probing the weight functions there would cost hundreds of calls per
+// unit.
+func (r Recompute) validateCoefficients() error {
 	for _, p := range [...]struct {
 		name string
 		v    float64
@@ -106,46 +148,111 @@ func (r Recompute) Validate() error {
 	return nil
 }
 
+// probeWeight calls f at the probe points documented on Validate. A weight
+// function is user code run inside the library; a panic at a probe point is
+// returned as an error naming that point, so that a bad cost model is
+// refused where it is configured rather than crashing whoever validates it.
+func probeWeight(name string, f WeightFunc) (err error) {
+	var index, count int
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %s(%d, %d) panicked: %v", ErrInvalidParameter, name, index, count, p)
+		}
+	}()
+	for count = 1; count <= probeSmallCounts; count++ {
+		for index = 0; index < count; index++ {
+			if err := checkWeight(name, f(index, count), index, count); err != nil {
+				return err
+			}
+		}
+	}
+	for _, count = range probeLargeCounts {
+		for _, index = range [...]int{0, 1, count / 2, count - 2, count - 1} {
+			if err := checkWeight(name, f(index, count), index, count); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkWeight reports a weight w = name(index, count) that is negative or
+// not finite, naming the function, the point and the value.
+func checkWeight(name string, w float64, index, count int) error {
+	if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 {
+		return fmt.Errorf("%w: %s(%d, %d) returned %v; a weight must be finite and non-negative", ErrInvalidParameter, name, index, count, w)
+	}
+	return nil
+}
+
 // Base returns the unweighted cost in seconds of recomputing a chunk that
 // attends to contextTokens tokens: Alpha*contextTokens + Beta + NonAttention.
+// It is the bare formula: it checks nothing and may return +Inf when the
+// terms overflow float64; [Recompute.Cost] reports that as an error.
 func (r Recompute) Base(contextTokens int64) float64 {
 	return r.Alpha*float64(contextTokens) + r.Beta + r.NonAttention
 }
 
-// Cost returns the weighted recompute cost of u in seconds. It returns an
-// error wrapping [ErrInvalidUnit] when u is malformed and one wrapping
-// [ErrInvalidParameter] when a coefficient or a weight is negative or not
-// finite.
+// Cost returns the weighted recompute cost of u in seconds: finite and
+// non-negative whenever the error is nil. It returns an error wrapping
+// [ErrInvalidUnit] when u is malformed, and one wrapping
+// [ErrInvalidParameter] when a coefficient is negative or not finite, when a
+// weight function returns a negative or non-finite weight at u's layer or
+// chunk (the error names the function, the point and the value), or when the
+// cost overflows float64 (the error names the terms).
+// Cost checks the coefficients but does not repeat Validate's probe of the
+// weight functions; it checks the weights it uses instead. Unlike Validate,
+// it does not recover a panic of a weight function: the panic reaches the
+// caller unchanged.
 func (r Recompute) Cost(u Unit) (float64, error) {
 	if err := u.Validate(); err != nil {
 		return 0, err
 	}
-	if err := r.Validate(); err != nil {
+	if err := r.validateCoefficients(); err != nil {
 		return 0, err
 	}
 	c := r.Base(u.ContextTokens)
+	if math.IsInf(c, 0) {
+		// Checked before weighting: an infinite base times a zero weight
+		// would come out NaN.
+		return 0, fmt.Errorf("%w: Alpha %v × ContextTokens %d + Beta %v + NonAttention %v overflows float64",
+			ErrInvalidParameter, r.Alpha, u.ContextTokens, r.Beta, r.NonAttention)
+	}
 	if u.Layers > 0 {
-		w := weight(r.LayerWeight, SeedLayerWeight, u.Layer, u.Layers)
-		if err := checkNonNegative("layer weight", w); err != nil {
+		var err error
+		if c, err = weigh(c, "LayerWeight", r.LayerWeight, SeedLayerWeight, u.Layer, u.Layers); err != nil {
 			return 0, err
 		}
-		c *= w
 	}
 	if u.Chunks > 0 {
-		w := weight(r.PositionWeight, SeedPositionWeight, u.Chunk, u.Chunks)
-		if err := checkNonNegative("position weight", w); err != nil {
+		var err error
+		if c, err = weigh(c, "PositionWeight", r.PositionWeight, SeedPositionWeight, u.Chunk, u.Chunks); err != nil {
 			return 0, err
 		}
-		c *= w
+	}
+	if c == 0 {
+		c = 0 // a -0 coefficient gives -0; callers that key on the bits see one zero
 	}
 	return c, nil
 }
 
-func weight(f, def WeightFunc, index, count int) float64 {
+// weigh multiplies the cost c by the weight of f (def when f is nil) at
+// (index, count), and reports a bad weight or an overflowing product. A
+// panic of f is not recovered here: Cost runs on its caller's hot path, and
+// the caller (a cache that contains user code) decides what a panic means.
+func weigh(c float64, name string, f, def WeightFunc, index, count int) (float64, error) {
 	if f == nil {
 		f = def
 	}
-	return f(index, count)
+	w := f(index, count)
+	if err := checkWeight(name, w, index, count); err != nil {
+		return 0, err
+	}
+	p := c * w
+	if math.IsInf(p, 0) {
+		return 0, fmt.Errorf("%w: cost %v × %s(%d, %d) = %v overflows float64", ErrInvalidParameter, c, name, index, count, w)
+	}
+	return p, nil
 }
 
 func checkNonNegative(name string, v float64) error {

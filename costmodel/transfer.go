@@ -28,8 +28,10 @@ func (l Link) Validate() error {
 }
 
 // Seconds returns the time to copy n bytes over l: n/BytesPerSecond +
-// Latency. It returns an error wrapping [ErrInvalidParameter] when l is
-// invalid or n is negative.
+// Latency, finite and non-negative whenever the error is nil. It returns an
+// error wrapping [ErrInvalidParameter] when l is invalid, n is negative, or
+// the time overflows float64 (a bandwidth so small, such as a subnormal,
+// that n bytes would take more than 1.8e308 seconds).
 func (l Link) Seconds(n int64) (float64, error) {
 	if err := l.Validate(); err != nil {
 		return 0, err
@@ -37,7 +39,11 @@ func (l Link) Seconds(n int64) (float64, error) {
 	if n < 0 {
 		return 0, fmt.Errorf("%w: byte count %d is negative", ErrInvalidParameter, n)
 	}
-	return float64(n)/l.BytesPerSecond + l.Latency.Seconds(), nil
+	s := float64(n)/l.BytesPerSecond + l.Latency.Seconds()
+	if math.IsInf(s, 0) {
+		return 0, fmt.Errorf("%w: copying %d bytes at BytesPerSecond %v overflows float64", ErrInvalidParameter, n, l.BytesPerSecond)
+	}
+	return s, nil
 }
 
 // Action is what to do with a unit that leaves the GPU.
@@ -66,6 +72,8 @@ func (a Action) String() string {
 // it (recomputeSeconds), and [Drop] otherwise. Only the way back is counted:
 // the offload copy itself runs off the critical path of the request that will
 // need the unit again, while the copy back or the recompute is on it.
+// A NaN on either side compares false, so it gives [Drop]; [Model.Decide]
+// never passes one.
 func Choose(transferSeconds, recomputeSeconds float64) Action {
 	if transferSeconds < recomputeSeconds {
 		return Offload
@@ -82,7 +90,8 @@ type Model struct {
 	Link Link
 }
 
-// Validate reports whether both parts of m are valid.
+// Validate reports whether both parts of m are valid: [Recompute.Validate]
+// (which probes the weight functions) and [Link.Validate].
 func (m Model) Validate() error {
 	if err := m.Recompute.Validate(); err != nil {
 		return err
@@ -92,7 +101,9 @@ func (m Model) Validate() error {
 
 // Decide returns whether a unit of the given size and position should be
 // offloaded or dropped when it leaves the GPU: [Choose] applied to the time
-// to copy bytes over m.Link and the recompute cost of u.
+// to copy bytes over m.Link and the recompute cost of u. It returns [Drop] and
+// the error of [Link.Seconds] or [Recompute.Cost] when either cannot be
+// computed as a finite number of seconds, so no NaN or infinity decides.
 func (m Model) Decide(u Unit, bytes int64) (Action, error) {
 	t, err := m.Link.Seconds(bytes)
 	if err != nil {

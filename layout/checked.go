@@ -55,8 +55,3 @@ func ceilDiv(a, b int64) int64 {
 	}
 	return q
 }
-
-// fitsInt reports whether v can be returned as an int on this platform.
-func fitsInt(v int64) bool {
-	return v >= 0 && uint64(v) <= uint64(math.MaxInt)
-}

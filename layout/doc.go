@@ -30,5 +30,8 @@
 // after [New] returns it and is safe for concurrent use. Bad input returns an
 // error that matches one of the package's sentinel errors with errors.Is;
 // sizes are computed in int64 with overflow checks and report [ErrOverflow]
-// rather than wrap.
+// rather than wrap. A Model's sizes are also bounded ([MaxLayers],
+// [MaxHeads], [MaxVectorDims], [MaxElemBytes], [MaxUnitsPerBlock]) far
+// above any real model, so that the tables a cache sizes by a Layout (per
+// layer, per slice) stay small.
 package layout

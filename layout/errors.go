@@ -3,8 +3,9 @@ package layout
 import "errors"
 
 // ErrInvalidModel reports a Model whose geometry is impossible: a
-// non-positive size, query heads not a multiple of KV heads, a negative
-// window, or window and MLA fields that contradict each other.
+// non-positive size, a size above its maximum (see MaxLayers), query heads
+// not a multiple of KV heads, a negative window, or window and MLA fields
+// that contradict each other.
 var ErrInvalidModel = errors.New("layout: invalid model")
 
 // ErrInvalidLayout reports a bad unit kind or block size passed to New, or a

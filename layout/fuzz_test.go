@@ -14,6 +14,9 @@ func FuzzLayout(f *testing.F) {
 	f.Add(7, 4, 2, 16, 1, 0, 0, 3, 64, 1, 8, 2, 1, 1, 7, 15, int64(100))
 	f.Add(-1, 0, 0, 0, 0, -1, -1, -1, -1, 0, 3, -1, -1, -1, -1, -1, int64(-1))
 	f.Add(1<<40, 1<<30, 1<<30, 1<<40, 8, 0, 0, 1<<20, 0, 1, 1<<30, 1<<39, 1, 0, 5, 5, int64(1<<62))
+	f.Add(1<<47, 1, 1, 1, 1, 0, 0, 0, 0, 1, 16, 0, 0, 0, 0, 0, int64(16))                      // absurd layers, tiny products
+	f.Add(MaxLayers, MaxHeads, MaxHeads, 1, 1, 1, 0, 0, 0, 3, 16, 5, 0, 2, 3, 0, int64(1<<20)) // MLA at the slice bound
+	f.Add(1<<9, 1<<8, 1<<8, 1, 1, 0, 0, 0, 0, 2, 16, 0, 0, 0, 0, 0, int64(16))                 // one slice too many for BSA
 	f.Fuzz(func(t *testing.T, layers, qHeads, kvHeads, headDim, elem, latent, rope, cla, window, kind, tokens,
 		kvLayer, kvHead, comp, token, dim int, seqTokens int64) {
 		m := Model{Layers: layers, QueryHeads: qHeads, KVHeads: kvHeads, HeadDim: headDim, ElemBytes: elem,
@@ -69,6 +72,9 @@ func FuzzLayout(f *testing.F) {
 			if p.UnitBytes <= 0 || p.UnitsPerBlock <= 0 {
 				t.Fatalf("bad pool %+v", p)
 			}
+		}
+		if l.UnitsPerBlock() > MaxUnitsPerBlock || layers > MaxLayers || qHeads > MaxHeads || elem > MaxElemBytes {
+			t.Fatalf("New accepted %+v beyond the maxima (%d units per block)", m, l.UnitsPerBlock())
 		}
 		// A selection is only built when it stays small.
 		if int64(layers)*int64(qHeads) <= 4096 && seqTokens >= 0 && seqTokens <= 1<<16 {

@@ -78,9 +78,13 @@ type Pool struct {
 // New builds the Layout of model m cut by kind into units of blockTokens
 // tokens. blockTokens must be a power of two and at least 2 (the
 // TensorRT-LLM rule for tokens per block). It returns an error matching
-// ErrInvalidModel when m.Validate fails, ErrInvalidLayout for a bad kind or
-// blockTokens, and ErrOverflow when a unit, a token block or the number of
-// slices does not fit in an int64 (or int).
+// ErrInvalidModel when m.Validate fails (a size above its maximum
+// included), ErrInvalidLayout for a bad kind or blockTokens, and
+// ErrOverflow when a unit or a token block does not fit in an int64. A
+// Layout that New returns has at most MaxUnitsPerBlock units per token
+// block, whatever its kind. blockTokens has no maximum besides that
+// overflow check: a Layout also sizes hypothetical blocks, and a consumer
+// that allocates per token of a block bounds the block size itself.
 func New(m Model, kind Kind, blockTokens int) (*Layout, error) {
 	if err := m.Validate(); err != nil {
 		return nil, err
@@ -147,9 +151,12 @@ func (l *Layout) buildSlices() error {
 		if l.kind == BSA {
 			perLayer = l.heads
 		}
+		// Model.Validate bounds KV layers × stored heads, so this holds for
+		// any model New accepts; it is checked again because the slice
+		// count is what consumers size their tables by.
 		n, ok := mul64(int64(l.kvLayers), int64(perLayer))
-		if !ok || !fitsInt(n) {
-			return fmt.Errorf("%w: %d KV layers × %d heads slices", ErrOverflow, l.kvLayers, perLayer)
+		if !ok || n > MaxUnitsPerBlock {
+			return fmt.Errorf("%w: %d KV layers × %d heads slices exceed MaxUnitsPerBlock %d", ErrOverflow, l.kvLayers, perLayer, MaxUnitsPerBlock)
 		}
 		l.numSlices = int(n)
 		if l.kvWindow == nil {

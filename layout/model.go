@@ -50,8 +50,11 @@ type Model struct {
 }
 
 // Validate reports whether m describes a usable geometry. It returns nil, or
-// an error matching ErrInvalidModel (impossible geometry) or ErrOverflow (the
-// bytes of one token do not fit in an int64).
+// an error matching ErrInvalidModel (impossible geometry, or a size above
+// its maximum: see MaxLayers, MaxHeads, MaxVectorDims, MaxElemBytes and
+// MaxUnitsPerBlock) or ErrOverflow (the bytes of one token do not fit in an
+// int64). Overflow is checked before the maxima, so a model whose sizes are
+// both too large and overflowing reports ErrOverflow.
 func (m Model) Validate() error {
 	positive := []struct {
 		name string
@@ -93,6 +96,36 @@ func (m Model) Validate() error {
 	}
 	if _, err := m.BytesPerToken(); err != nil {
 		return err
+	}
+	return m.checkMaxima()
+}
+
+// checkMaxima reports the first size of m above its maximum. It runs after
+// the other checks of Validate, so every size is positive and the sums and
+// products below cannot overflow.
+func (m Model) checkMaxima() error {
+	for _, p := range [...]struct {
+		name, maxName string
+		v, max        int
+	}{
+		{"Layers", "MaxLayers", m.Layers, MaxLayers},
+		{"QueryHeads", "MaxHeads", m.QueryHeads, MaxHeads}, // KVHeads divides QueryHeads, so it is bounded too
+		{"HeadDim", "MaxVectorDims", m.HeadDim, MaxVectorDims},
+		{"ElemBytes", "MaxElemBytes", m.ElemBytes, MaxElemBytes},
+		{"CLAFactor", "MaxLayers", m.CLAFactor, MaxLayers},
+	} {
+		if p.v > p.max {
+			return fmt.Errorf("%w: %s %d exceeds %s %d", ErrInvalidModel, p.name, p.v, p.maxName, p.max)
+		}
+	}
+	// In int64: the sum, like the product below (up to 2^32), may not fit
+	// an int on a 32-bit platform.
+	if int64(m.MLALatentDims)+int64(m.MLARopeDims) > MaxVectorDims {
+		return fmt.Errorf("%w: MLA dims %d + %d exceed MaxVectorDims %d", ErrInvalidModel, m.MLALatentDims, m.MLARopeDims, MaxVectorDims)
+	}
+	if n := int64(m.KVLayers()) * int64(m.StoredHeads()); n > MaxUnitsPerBlock {
+		return fmt.Errorf("%w: %d KV layers × %d stored heads = %d exceeds MaxUnitsPerBlock %d",
+			ErrInvalidModel, m.KVLayers(), m.StoredHeads(), n, MaxUnitsPerBlock)
 	}
 	return nil
 }

@@ -43,7 +43,7 @@ func (l *Layout) TokensPerUnit() int {
 // UnitsPerBlock returns the number of slices, which is the number of units
 // one fully held token block needs: 1 per window for AllLayers, KV layers
 // for PagedLayer, KV layers × stored KV heads for BSA (0 for a Layout not
-// built by New).
+// built by New). It is at most MaxUnitsPerBlock.
 func (l *Layout) UnitsPerBlock() int {
 	if !l.ready() {
 		return 0

@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"bytes"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -54,7 +55,9 @@ func (c CSVConfig) validate() error {
 // CSVReader reads a delimited-text trace with the fields in the columns a
 // [CSVConfig] names. Quoting follows RFC 4180 (encoding/csv); blank lines
 // are skipped; records may have different numbers of fields as long as each
-// has the columns asked for. NextAccess is always -1. Create it with
+// has the columns asked for. A record is at most 64 KiB, not counting the
+// newline that ends it, like a line of a [TextReader]; a quoted field's
+// newlines are part of its record. NextAccess is always -1. Create it with
 // [NewCSVReader]; it is not safe for concurrent use.
 type CSVReader struct {
 	r      *csv.Reader
@@ -67,13 +70,18 @@ type CSVReader struct {
 // NewCSVReader returns a reader of the CSV trace in r. It returns an error
 // wrapping [ErrInvalidConfig] when cfg is unusable.
 func NewCSVReader(r io.Reader, cfg CSVConfig) (*CSVReader, error) {
+	return newCSVReader(r, cfg, maxLineBytes)
+}
+
+// newCSVReader is NewCSVReader with records limited to maxRecord bytes.
+func newCSVReader(r io.Reader, cfg CSVConfig, maxRecord int) (*CSVReader, error) {
 	if cfg.Delimiter == 0 {
 		cfg.Delimiter = ','
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	cr := csv.NewReader(r)
+	cr := csv.NewReader(newRecordLimiter(r, cfg.Delimiter, maxRecord))
 	cr.Comma = cfg.Delimiter
 	cr.FieldsPerRecord = -1
 	cr.ReuseRecord = true
@@ -82,8 +90,9 @@ func NewCSVReader(r io.Reader, cfg CSVConfig) (*CSVReader, error) {
 
 // Next reads the next record into *q. It returns io.EOF at the end of the
 // input and an error wrapping [ErrMalformed] naming the line when a record
-// cannot be parsed, lacks a column, or holds a bad id, time or size. Errors
-// are sticky.
+// cannot be parsed, is longer than 64 KiB, lacks a column, or holds a bad id,
+// time or size. Errors are sticky: once Next fails (io.EOF included) it
+// keeps returning the same error.
 func (c *CSVReader) Next(q *Request) error {
 	if c.err != nil {
 		return c.err
@@ -96,9 +105,12 @@ func (c *CSVReader) Next(q *Request) error {
 		}
 		if err != nil {
 			var pe *csv.ParseError
-			if errors.As(err, &pe) {
+			switch {
+			case errors.Is(err, ErrMalformed): // a record over the limit; the error names it
+				c.err = err
+			case errors.As(err, &pe):
 				c.err = fmt.Errorf("%w: %w", ErrMalformed, err)
-			} else {
+			default:
 				c.err = fmt.Errorf("trace: reading CSV: %w", err)
 			}
 			return c.err
@@ -181,4 +193,204 @@ func parseTime(b string) (int64, bool) {
 		return 0, false
 	}
 	return int64(f), true
+}
+
+// recordLimiter sits between a CSVReader's input and encoding/csv, which
+// buffers a whole record however long it is (an unterminated quoted field
+// runs to the end of the input). It follows the record boundaries the way
+// encoding/csv finds them with the options NewCSVReader sets (RFC 4180
+// quotes, no lazy quotes, no comments, no trimming of leading space) and
+// fails the read that would take a record past limit bytes, newline
+// excluded. encoding/csv then never receives more than limit bytes of a
+// record, plus what its 4 KiB read buffer holds of the next ones, so its
+// record buffers stay within a small multiple of limit whatever the input.
+//
+// On input that encoding/csv rejects (a bare or stray quote), the two may
+// disagree about where a record ends; that does not matter, because
+// encoding/csv reports its error on bytes it has already received and reads
+// no further.
+type recordLimiter struct {
+	r     io.Reader
+	delim []byte // the delimiter's UTF-8 encoding
+	limit int
+	n     int   // bytes of the current record so far
+	line  int64 // 1-based line of the next byte
+	start int64 // line where the current record starts
+	err   error // sticky
+
+	// inQuotes is where scanByteDelim (one-byte delimiter) stands.
+	inQuotes bool
+	// state, match and prepaid are where scan (multi-byte delimiter)
+	// stands: the state, the leading bytes of delim seen so far when
+	// match > 0, and how many of the bytes still to come of the delim
+	// being matched n counts already.
+	state   csvState
+	match   int
+	prepaid int
+}
+
+// csvState is where a recordLimiter stands inside a record.
+type csvState uint8
+
+const (
+	fieldStart csvState = iota // at the start of a field: a quote opens a quoted field
+	unquoted                   // inside an unquoted field
+	quoted                     // inside a quoted field: newlines and delimiters are data
+	quoteEnd                   // just after a quote in a quoted field: it closes the field unless another quote follows
+)
+
+func newRecordLimiter(r io.Reader, delim rune, limit int) *recordLimiter {
+	return &recordLimiter{r: r, delim: utf8.AppendRune(nil, delim), limit: limit, line: 1, start: 1}
+}
+
+// Read reads from the input and scans what it got. When a record goes over
+// the limit, it returns the bytes before the one that did with an error
+// wrapping ErrMalformed, and that error from then on.
+func (l *recordLimiter) Read(p []byte) (int, error) {
+	if l.err != nil {
+		return 0, l.err
+	}
+	n, err := l.r.Read(p)
+	if cut := l.scanAll(p[:n]); cut >= 0 {
+		l.err = fmt.Errorf("%w: record at line %d is longer than %d bytes", ErrMalformed, l.start, l.limit)
+		return cut, l.err
+	}
+	return n, err
+}
+
+// scanAll scans p and returns the index of the byte that takes a record
+// past the limit, or -1.
+func (l *recordLimiter) scanAll(p []byte) int {
+	if len(l.delim) == 1 {
+		return l.scanByteDelim(p)
+	}
+	for i, b := range p {
+		if !l.scan(b) {
+			return i
+		}
+	}
+	return -1
+}
+
+// scanByteDelim is scanAll for a one-byte delimiter, the common case, done
+// a run at a time with bytes.IndexByte so that the limiter costs little next
+// to encoding/csv's own parsing. It does not look at the delimiter at all:
+// in a record encoding/csv accepts, a quote only opens a field, closes it
+// or is half of an escaped "", so a newline is inside a quoted field exactly
+// when an odd number of quotes precede it in the record. (A one-byte
+// delimiter cannot be a quote or a line end, so it never matters; a
+// multi-byte one does, see scan.)
+func (l *recordLimiter) scanByteDelim(p []byte) int {
+	limit, n, line, start, inQuotes := l.limit, l.n, l.line, l.start, l.inQuotes
+	cut := -1
+	next := -1 // index of the next newline at or after i, len(p) if none, -1 if not searched yet
+	for i := 0; i < len(p); {
+		var k int // bytes p[i:i+k] join the current record
+		if inQuotes {
+			// Data up to and including the next quote, newlines included.
+			k = len(p) - i
+			if j := bytes.IndexByte(p[i:], '"'); j >= 0 {
+				k = j + 1
+			}
+			if k > limit-n {
+				cut = i + limit - n
+				break
+			}
+			line += int64(bytes.Count(p[i:i+k], newline))
+			inQuotes = p[i+k-1] != '"'
+		} else {
+			if next < i {
+				if next = bytes.IndexByte(p[i:], '\n'); next < 0 {
+					next = len(p)
+				} else {
+					next += i
+				}
+			}
+			// Data up to the newline, or up to and including a quote that
+			// comes first and opens a quoted field.
+			k = next - i
+			if j := bytes.IndexByte(p[i:next], '"'); j >= 0 {
+				k, inQuotes = j+1, true
+			}
+			if k > limit-n {
+				cut = i + limit - n
+				break
+			}
+		}
+		n += k
+		i += k
+		if !inQuotes && i == next && next < len(p) {
+			// The newline ends the record; see scan.
+			line++
+			start, n = line, 0
+			i++
+		}
+	}
+	l.n, l.line, l.start, l.inQuotes = n, line, start, inQuotes
+	return cut
+}
+
+var newline = []byte{'\n'}
+
+// scan advances over one byte of input whose delimiter is several bytes
+// long, and reports whether the current record is still within the limit.
+func (l *recordLimiter) scan(b byte) bool {
+	if l.state == quoted {
+		if b == '"' {
+			l.state = quoteEnd
+		}
+		return l.grow(b)
+	}
+	if l.match > 0 {
+		if b == l.delim[l.match] {
+			if l.match++; l.match == len(l.delim) {
+				l.match, l.state = 0, fieldStart
+			}
+			if l.prepaid > 0 {
+				l.prepaid--
+				return true
+			}
+			return l.grow(b)
+		}
+		// The bytes matched were the start of another rune: field data.
+		// UTF-8 never starts a rune with a continuation byte, so b cannot
+		// be the middle of a delimiter and is scanned afresh.
+		l.match, l.prepaid, l.state = 0, 0, unquoted
+	}
+	switch {
+	case b == '\n':
+		// Outside quotes a newline ends the record (encoding/csv reads a
+		// "\r\n" ending as "\n"; the '\r' counts toward the record, as it
+		// does toward a text line). An empty line is an empty record here
+		// and skipped by encoding/csv; either way the next record starts on
+		// the next line.
+		l.line++
+		l.start, l.n, l.state = l.line, 0, fieldStart
+		return true
+	case b == l.delim[0]:
+		l.match = 1
+		if l.state == quoteEnd {
+			// After a closing quote only a quote, the delimiter or a line
+			// end is valid, so this is the delimiter. A cut inside it would
+			// leave encoding/csv a partial rune after the quote, which it
+			// reports as a stray quote instead of the length; counting the
+			// delimiter whole puts the cut before it.
+			l.prepaid = len(l.delim) - 1
+			l.n += l.prepaid
+		}
+	case b == '"' && (l.state == fieldStart || l.state == quoteEnd):
+		l.state = quoted // opens a quoted field, or is the second quote of ""
+	default:
+		l.state = unquoted
+	}
+	return l.grow(b)
+}
+
+// grow counts one more byte of the current record.
+func (l *recordLimiter) grow(b byte) bool {
+	if b == '\n' {
+		l.line++ // a newline inside a quoted field
+	}
+	l.n++
+	return l.n <= l.limit
 }

@@ -17,11 +17,14 @@
 // Every reader implements [Reader]: Next fills a caller-owned [Request] and
 // returns io.EOF after the last one. Readers stream: they hold one buffer,
 // never the whole file, and do not allocate per request (except the CSV
-// reader, which goes through encoding/csv). Malformed input returns an error
-// wrapping [ErrMalformed] (a text or CSV line that does not parse, naming the
-// line) or [ErrTruncated] (a binary file that ends inside a record, naming
-// the byte offset); after such an error the reader stays at the bad record
-// and further calls return the same kind of error.
+// reader, which goes through encoding/csv). A text line or CSV record longer
+// than 64 KiB is an error, so a reader's memory stays bounded whatever the
+// input. Malformed input returns an error wrapping [ErrMalformed] (a text
+// line or CSV record that does not parse or is too long, naming the line) or
+// [ErrTruncated] (a binary file that ends inside a record, naming the byte
+// offset). Errors are sticky: once Next has returned an error, io.EOF
+// included, every later call returns the same error, so a trace that is cut
+// short or unreadable never looks complete.
 //
 // For benchmarks and repeated replays, [Load] decodes a whole trace into a
 // []Request and [SliceReader] replays it from memory.

@@ -24,6 +24,7 @@ type OracleGeneralReader struct {
 	r      *bufio.Reader
 	offset int64
 	rec    [OracleGeneralRecordSize]byte
+	err    error // sticky error, io.EOF included
 }
 
 // NewOracleGeneralReader returns a reader of the oracleGeneral records of r.
@@ -35,16 +36,24 @@ func NewOracleGeneralReader(r io.Reader) *OracleGeneralReader {
 // Next decodes the next record into *q. It returns io.EOF at a record
 // boundary at the end of the input, and an error wrapping [ErrTruncated]
 // naming the byte offset when the input ends inside a record. Errors of the
-// underlying reader are returned wrapped.
+// underlying reader are returned wrapped. Errors are sticky: once Next fails
+// (io.EOF included) it keeps returning the same error, so a trace cut
+// inside a record never reads as complete on the next call.
 func (o *OracleGeneralReader) Next(q *Request) error {
+	if o.err != nil {
+		return o.err
+	}
 	n, err := io.ReadFull(o.r, o.rec[:])
 	switch {
 	case err == io.EOF:
-		return io.EOF
+		o.err = io.EOF
+		return o.err
 	case err == io.ErrUnexpectedEOF:
-		return fmt.Errorf("%w: record at byte offset %d has %d of %d bytes", ErrTruncated, o.offset, n, OracleGeneralRecordSize)
+		o.err = fmt.Errorf("%w: record at byte offset %d has %d of %d bytes", ErrTruncated, o.offset, n, OracleGeneralRecordSize)
+		return o.err
 	case err != nil:
-		return fmt.Errorf("trace: reading record at byte offset %d: %w", o.offset, err)
+		o.err = fmt.Errorf("trace: reading record at byte offset %d: %w", o.offset, err)
+		return o.err
 	}
 	o.offset += OracleGeneralRecordSize
 	decodeOracleGeneral(&o.rec, q)

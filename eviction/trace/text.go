@@ -11,8 +11,9 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// maxLineBytes bounds one line of a text trace (without its newline). A longer line is
-// reported as malformed rather than buffered without limit.
+// maxLineBytes bounds one line of a text trace and one record of a CSV trace
+// (without the newline that ends it). A longer line or record is reported
+// as malformed rather than buffered without limit.
 const maxLineBytes = 64 << 10
 
 // TextConfig configures a [TextReader]. The zero value reads decimal ids.
@@ -44,7 +45,8 @@ func NewTextReader(r io.Reader, cfg TextConfig) *TextReader {
 // Next reads the next non-blank line into *q. It returns io.EOF at the end
 // of the input and an error wrapping [ErrMalformed] that names the line when
 // a line is not a decimal uint64 (without HashIDs) or is longer than 64 KiB.
-// Errors are sticky: once Next fails it keeps returning the same error.
+// Errors are sticky: once Next fails (io.EOF included) it keeps returning
+// the same error.
 func (t *TextReader) Next(q *Request) error {
 	if t.err != nil {
 		return t.err
