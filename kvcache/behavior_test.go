@@ -2,6 +2,7 @@ package kvcache
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -45,6 +46,10 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"bad cost model": {Config{Layout: l, GPU: Capacity{Units: 4}, CostModel: &costmodel.Model{}}, "CostModel"},
 		"factory error":  {Config{Layout: l, GPU: Capacity{Units: 4}, GPUPolicy: failing}, "boom"},
 		"nil policy":     {Config{Layout: l, GPU: Capacity{Units: 4}, CPUPolicy: nilPolicy}, "nil"},
+		"NaN weight": {Config{Layout: l, GPU: Capacity{Units: 4}, CostModel: &costmodel.Model{
+			Recompute: costmodel.Recompute{Beta: 1, LayerWeight: nanWeight}, Link: costmodel.Link{BytesPerSecond: 1}}}, "LayerWeight(0, 1) returned NaN"},
+		"NaN retention weight": {Config{Layout: l, GPU: Capacity{Units: 4},
+			GPUPolicy: RetentionFactory(costmodel.Recompute{Beta: 1, PositionWeight: nanWeight})}, "PositionWeight(0, 1) returned NaN"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := New(tc.cfg)
@@ -53,6 +58,9 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		})
 	}
 }
+
+// nanWeight is a weight function that returns NaN.
+func nanWeight(int, int) float64 { return math.NaN() }
 
 func TestCapacitySplitsByBytesPerBlock(t *testing.T) {
 	// AllLayers with two windows: pool 0 holds one layer, pool 1 the other;
