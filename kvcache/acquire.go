@@ -39,7 +39,9 @@ func (c *Cache) Acquire(req Request) (_ Plan, err error) {
 	if err := req.Priorities.validate(); err != nil {
 		return Plan{}, err
 	}
-	c.mu.Lock()
+	if err := c.lock("Acquire"); err != nil {
+		return Plan{}, err
+	}
 	defer c.unlock()
 	defer c.reportBreach(&err)
 	if c.poisoned != nil {

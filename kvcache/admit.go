@@ -40,7 +40,9 @@ func (c *Cache) Admit(req Request) (Admission, error) {
 	if err := req.Priorities.validate(); err != nil {
 		return Admission{}, err
 	}
-	c.mu.Lock()
+	if err := c.lock("Admit"); err != nil {
+		return Admission{}, err
+	}
 	defer c.mu.Unlock()
 	if c.poisoned != nil {
 		return Admission{}, c.poisoned
@@ -121,7 +123,9 @@ func (c *Cache) Admit(req Request) (Admission, error) {
 // cache reset. It needs an idle cache: it returns an error wrapping ErrBusy
 // while sequences are live.
 func (c *Cache) Clear() (err error) {
-	c.mu.Lock()
+	if err := c.lock("Clear"); err != nil {
+		return err
+	}
 	defer c.unlock()
 	defer c.reportBreach(&err)
 	if c.poisoned != nil {
@@ -139,8 +143,8 @@ func (c *Cache) Clear() (err error) {
 		}
 	}
 	c.st.removed += uint64(c.tree.Clear(func(n *radix.Node[int32]) { c.freeBlock(n.Value) }))
-	if c.sink != nil {
-		c.pending = append(c.pending, Event{Kind: AllCleared})
+	if c.events.enabled() {
+		c.events.emit(Event{Kind: AllCleared})
 	}
 	return nil
 }

@@ -19,7 +19,9 @@ package kvcache
 // ErrUnknownSequence, ErrNoSpace or ErrCopyFailed; the sequence is then
 // unchanged but for the commit.
 func (c *Cache) Append(id SeqID, tokens ...uint32) (_ Plan, err error) {
-	c.mu.Lock()
+	if err := c.lock("Append"); err != nil {
+		return Plan{}, err
+	}
 	defer c.unlock()
 	defer c.reportBreach(&err)
 	s, err := c.lookupToChange(id)

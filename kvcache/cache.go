@@ -48,7 +48,6 @@ type Cache struct {
 	tree  *radix.Tree[int32]
 	cost  *costmodel.Model
 	mover Mover
-	sink  EventSink
 
 	ids unitIDs
 	// Unit state, indexed by ix(UnitID) (block<<sliceShift | slice).
@@ -74,10 +73,10 @@ type Cache struct {
 	// Insert; once set, every mutating call returns it (see ErrPolicy).
 	poisoned error
 
-	// events queued under mu, delivered after unlock by one goroutine at
-	// a time (delivering).
-	pending    []Event
-	delivering bool
+	events eventLog
+	// snap is the Stats at the end of the last operation, which a
+	// callback of the running one sees (see lock.go).
+	snap Stats
 }
 
 // New validates cfg and returns a Cache. Errors wrap ErrInvalidConfig and
@@ -89,6 +88,9 @@ func New(cfg Config) (*Cache, error) {
 	}
 	if cfg.GPU.Units == 0 && cfg.GPU.Bytes == 0 {
 		return nil, fmt.Errorf("%w: GPU capacity is zero", ErrInvalidConfig)
+	}
+	if cfg.EventBuffer < 0 {
+		return nil, fmt.Errorf("%w: EventBuffer %d is negative", ErrInvalidConfig, cfg.EventBuffer)
 	}
 	lp := l.Pools()
 	gpuSlots, err := splitCapacity("GPU", cfg.GPU, lp)
@@ -124,7 +126,6 @@ func New(cfg Config) (*Cache, error) {
 		headGroup:   m.QueryHeads / m.StoredHeads(),
 		storedHeads: m.StoredHeads(),
 		mover:       cfg.Mover,
-		sink:        cfg.Events,
 		seqs:        make(map[SeqID]*sequence),
 		writing:     make(map[uint64]int32),
 		nextSeq:     1,
@@ -198,6 +199,8 @@ func New(cfg Config) (*Cache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	c.events.init(cfg.Events, cfg.EventBuffer)
+	c.snap = c.stats()
 	return c, nil
 }
 
@@ -247,27 +250,4 @@ func (c *Cache) SlicePool(s int) int {
 		return -1
 	}
 	return int(c.slicePool[s])
-}
-
-// unlock releases the lock and delivers queued events.
-func (c *Cache) unlock() {
-	if c.sink == nil || len(c.pending) == 0 || c.delivering {
-		c.mu.Unlock()
-		return
-	}
-	c.delivering = true
-	for {
-		batch := c.pending
-		c.pending = nil
-		c.mu.Unlock()
-		for _, e := range batch {
-			c.sink(e)
-		}
-		c.mu.Lock()
-		if len(c.pending) == 0 {
-			c.delivering = false
-			c.mu.Unlock()
-			return
-		}
-	}
 }

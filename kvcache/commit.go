@@ -40,7 +40,9 @@ import (
 // It returns an error wrapping ErrUnknownSequence, or ErrOutOfRange when
 // upTo is negative or more than the sequence holds.
 func (c *Cache) Commit(id SeqID, upTo int) (err error) {
-	c.mu.Lock()
+	if err := c.lock("Commit"); err != nil {
+		return err
+	}
 	defer c.unlock()
 	defer c.reportBreach(&err)
 	s, err := c.lookupToChange(id)
@@ -64,7 +66,9 @@ func (c *Cache) Commit(id SeqID, upTo int) (err error) {
 // It returns an error wrapping ErrUnknownSequence for an id that is not
 // live.
 func (c *Cache) Abort(id SeqID) (err error) {
-	c.mu.Lock()
+	if err := c.lock("Abort"); err != nil {
+		return err
+	}
 	defer c.unlock()
 	defer c.reportBreach(&err)
 	s, err := c.lookupToChange(id)

@@ -96,11 +96,16 @@ func LRUFactory(PoolInfo) (eviction.Policy[UnitID], error) {
 	return eviction.NewLRU[UnitID](), nil
 }
 
-// EventSink receives the cache's events, in the order they happened. It is
-// called without the cache's lock held (see Cache), from one goroutine at a
-// time: whichever is delivering, so an operation may return before its
-// events are delivered by another goroutine. It may call the cache; it must
-// not panic.
+// EventSink receives the cache's events, in the order they happened. The
+// goroutine that ran an operation calls it with that operation's events,
+// without the cache's lock held, once the events of every earlier operation
+// have been delivered; calls never overlap. So the sink applies
+// backpressure: a slow sink slows the callers whose operations emit events,
+// and the events waiting for it are one operation's worth per waiting
+// caller. A sink may call the cache, mutating calls included (their events
+// are delivered after the current ones, in order). A panic in the sink is
+// recovered and counted (Stats.SinkPanics, Cache.SinkPanic); the sink still
+// gets the events that follow.
 type EventSink func(Event)
 
 // Config describes a Cache. Layout and GPU are required; every other field
@@ -163,9 +168,14 @@ type Config struct {
 	// Mover executes the copies the cache plans. Nil means metadata only:
 	// copies are planned, counted and reported, no bytes move (simulations).
 	Mover Mover
-	// Events, when not nil, receives every event. With no sink no event is
-	// built.
+	// Events, when not nil, receives every event (see EventSink).
 	Events EventSink
+	// EventBuffer is the capacity, in events, of the buffer that
+	// TakeEvents drains: a server that pulls events once per scheduling
+	// step sets it instead of (or beside) Events. When the buffer is full
+	// the oldest events are dropped and counted (Stats.EventsDropped). 0
+	// means no buffer; with neither a buffer nor a sink no event is built.
+	EventBuffer int
 	// HashSeed seeds the chain hash of token blocks (radix.Hasher). Caches
 	// whose events are compared by a router should share it.
 	HashSeed uint64

@@ -29,6 +29,14 @@ var (
 	// ErrCopyFailed wraps the error a Mover returned; the operation was
 	// rolled back.
 	ErrCopyFailed = errors.New("kvcache: copy failed")
+	// ErrReentrant reports a call made from a callback the cache runs
+	// with its lock held (an eviction policy, the Mover, the cost model's
+	// weight functions): it would wait for the lock its own caller holds.
+	// Stats, Slots, Pools, SlicePool, BlockTokens and Layout answer such a
+	// call (Stats with the state before the running operation); every
+	// other method returns this error. The event sink runs without the
+	// lock and may call anything.
+	ErrReentrant = errors.New("kvcache: called from a callback of the cache")
 	// ErrBusy reports an operation that needs the cache idle (Clear) while
 	// sequences are still live.
 	ErrBusy = errors.New("kvcache: sequences still live")

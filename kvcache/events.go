@@ -74,7 +74,7 @@ type Event struct {
 
 // emitTier queues a tier event for unit u.
 func (c *Cache) emitTier(u UnitID, from, to Tier) {
-	if c.sink == nil {
+	if !c.events.enabled() {
 		return
 	}
 	n := c.blocks[c.blockOf(u)].node
@@ -93,13 +93,13 @@ func (c *Cache) emitTier(u UnitID, from, to Tier) {
 	ph, hp := n.ParentHash()
 	keys := n.Keys()
 	s := c.sliceOf(u)
-	c.pending = append(c.pending, Event{Kind: k, Hash: n.Hash(), ParentHash: ph, HasParent: hp,
+	c.events.emit(Event{Kind: k, Hash: n.Hash(), ParentHash: ph, HasParent: hp,
 		Namespace: keys.Namespace, LoRA: keys.LoRA, Slice: s, Pool: int(c.slicePool[s]), From: from, To: to})
 }
 
 // emitBlock queues a stored or removed event for block b.
 func (c *Cache) emitBlock(kind EventKind, b int32) {
-	if c.sink == nil {
+	if !c.events.enabled() {
 		return
 	}
 	n := c.blocks[b].node
@@ -113,5 +113,5 @@ func (c *Cache) emitBlock(kind EventKind, b int32) {
 		e.Tokens = append([]uint32(nil), n.Tokens()...)
 		e.To = GPU
 	}
-	c.pending = append(c.pending, e)
+	c.events.emit(e)
 }

@@ -20,7 +20,9 @@ import (
 // It returns an error wrapping ErrUnknownSequence for an id that is not
 // live.
 func (c *Cache) Release(id SeqID) (err error) {
-	c.mu.Lock()
+	if err := c.lock("Release"); err != nil {
+		return err
+	}
 	defer c.unlock()
 	defer c.reportBreach(&err)
 	s, err := c.lookupToChange(id)

@@ -71,7 +71,9 @@ func (r *SparseResult) reset() {
 // (bad layer or block), ErrNoSpace or ErrCopyFailed; nothing is then changed
 // and the previous pins stay.
 func (c *Cache) SparseAccess(id SeqID, layer int, heads [][]int64, res *SparseResult) (err error) {
-	c.mu.Lock()
+	if err := c.lock("SparseAccess"); err != nil {
+		return err
+	}
 	defer c.unlock()
 	defer c.reportBreach(&err)
 	s, err := c.lookupToChange(id)

@@ -68,18 +68,39 @@ type Stats struct {
 	// ended by Abort.
 	Sequences int
 	Aborted   uint64
+	// EventsBuffered is how many events wait in the TakeEvents buffer;
+	// EventsDropped counts those the full buffer dropped; SinkPanics the
+	// panics of the event sink (recovered, see Cache.SinkPanic).
+	EventsBuffered int
+	EventsDropped  uint64
+	SinkPanics     uint64
 }
 
 // Stats returns a snapshot of the counters. It takes the lock for a time
-// proportional to the number of pools, not to the cache's size.
+// proportional to the number of pools, not to the cache's size. Called from
+// a policy, Mover or cost model callback, it returns the counters as they
+// were before the running operation (see ErrReentrant).
 func (c *Cache) Stats() Stats {
+	if c.mu.TryLock() {
+		defer c.mu.Unlock()
+		return c.stats()
+	}
+	if onStack(heldCallbacks) {
+		return c.snap // this goroutine holds the lock
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.stats()
+}
+
+// stats computes Stats (Cache.mu held).
+func (c *Cache) stats() Stats {
 	s := Stats{
 		Offloads: c.st.offloads, Onboards: c.st.onboards, Copies: c.st.copies,
 		BytesMoved: c.st.bytesMoved, RecomputedTokens: c.st.recomputed,
 		Stored: c.st.stored, Removed: c.st.removed, Blocks: c.tree.Len(),
 		Sequences: len(c.seqs), Aborted: c.st.aborted,
+		EventsBuffered: c.events.n, EventsDropped: c.events.dropped, SinkPanics: c.events.panics.Load(),
 	}
 	for p := range c.pools {
 		addArena(&s.GPU, c.gpu[p], c.pools[p].unitBytes)

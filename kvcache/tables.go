@@ -17,7 +17,9 @@ import "fmt"
 // It returns dst unchanged and an error wrapping ErrUnknownSequence or
 // ErrOutOfRange (bad slice).
 func (c *Cache) BlockTable(dst []int32, id SeqID, s int) ([]int32, error) {
-	c.mu.Lock()
+	if err := c.lock("BlockTable"); err != nil {
+		return dst, err
+	}
 	defer c.mu.Unlock()
 	q, err := c.lookup(id)
 	if err != nil {
@@ -63,7 +65,9 @@ type UnitLocation struct {
 // Locate returns where unit (block, slice) of sequence id is. It returns an
 // error wrapping ErrUnknownSequence or ErrOutOfRange.
 func (c *Cache) Locate(id SeqID, block, slice int) (UnitLocation, error) {
-	c.mu.Lock()
+	if err := c.lock("Locate"); err != nil {
+		return UnitLocation{}, err
+	}
 	defer c.mu.Unlock()
 	q, err := c.lookup(id)
 	if err != nil {
@@ -86,7 +90,9 @@ func (c *Cache) Locate(id SeqID, block, slice int) (UnitLocation, error) {
 // unchanged and an error wrapping ErrUnknownSequence for an id that is not
 // live.
 func (c *Cache) SequenceTokens(dst []uint32, id SeqID) ([]uint32, error) {
-	c.mu.Lock()
+	if err := c.lock("SequenceTokens"); err != nil {
+		return dst, err
+	}
 	defer c.mu.Unlock()
 	q, err := c.lookup(id)
 	if err != nil {
@@ -98,7 +104,9 @@ func (c *Cache) SequenceTokens(dst []uint32, id SeqID) ([]uint32, error) {
 // Len returns the number of tokens of sequence id. It returns an error
 // wrapping ErrUnknownSequence for an id that is not live.
 func (c *Cache) Len(id SeqID) (int, error) {
-	c.mu.Lock()
+	if err := c.lock("Len"); err != nil {
+		return 0, err
+	}
 	defer c.mu.Unlock()
 	q, err := c.lookup(id)
 	if err != nil {

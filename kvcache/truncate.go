@@ -30,7 +30,9 @@ import (
 // negative or more than the sequence holds), ErrNoSpace or ErrCopyFailed;
 // the sequence is then unchanged.
 func (c *Cache) Truncate(id SeqID, n int) (_ Plan, err error) {
-	c.mu.Lock()
+	if err := c.lock("Truncate"); err != nil {
+		return Plan{}, err
+	}
 	defer c.unlock()
 	defer c.reportBreach(&err)
 	s, err := c.lookupToChange(id)
@@ -197,7 +199,9 @@ func (c *Cache) repinRange(s *sequence, newBlocks []int32, from int, partial boo
 // It returns an error wrapping ErrUnknownSequence, ErrNoSpace or
 // ErrCopyFailed; nothing is then created.
 func (c *Cache) Fork(id SeqID) (_ Plan, err error) {
-	c.mu.Lock()
+	if err := c.lock("Fork"); err != nil {
+		return Plan{}, err
+	}
 	defer c.unlock()
 	defer c.reportBreach(&err)
 	s, err := c.lookupToChange(id)

@@ -1,0 +1,265 @@
+package kvcache
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvtier/kvtier/eviction"
+	"github.com/kvtier/kvtier/layout"
+	"github.com/stretchr/testify/require"
+)
+
+// within fails the test if f does not return within a few seconds: the
+// defects these tests pin were deadlocks.
+func within(t *testing.T, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { defer close(done); f() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("deadlock: the call did not return")
+	}
+}
+
+// callingMover is a Mover that calls back into its cache from Copy.
+type callingMover struct {
+	c    *Cache
+	seq  SeqID
+	errs map[string]error
+	st   Stats
+}
+
+func (m *callingMover) Copy([]Copy) error {
+	m.st = m.c.Stats()
+	_, m.errs["Len"] = m.c.Len(m.seq)
+	_, m.errs["Locate"] = m.c.Locate(m.seq, 0, 0)
+	_, m.errs["BlockTable"] = m.c.BlockTable(nil, m.seq, 0)
+	_, m.errs["Acquire"] = m.c.Acquire(Request{Tokens: seqTokens(4, 900)})
+	m.errs["Release"] = m.c.Release(m.seq)
+	_, m.errs["Admit"] = m.c.Admit(Request{Tokens: seqTokens(4, 900)})
+	_, _, m.errs["TakeEvents"] = m.c.TakeEvents(nil)
+	if m.c.Slots(GPU, 0) == 0 {
+		m.errs["Slots"] = errors.New("no slots")
+	}
+	return nil
+}
+
+// TestCallbackCallingTheCacheDoesNotDeadlock: a Mover (or a policy) that
+// calls the cache used to wedge every goroutine. Stats answers with the
+// counters before the running operation, the configuration getters answer,
+// and every other method returns ErrReentrant.
+func TestCallbackCallingTheCacheDoesNotDeadlock(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	m := &callingMover{errs: map[string]error{}}
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: 4}, CPU: Capacity{Units: 4}, Mover: m})
+	require.NoError(t, err)
+	m.c = c
+	a, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
+	require.NoError(t, err)
+	finish(t, c, a.Seq)
+	live, err := c.Acquire(Request{})
+	require.NoError(t, err)
+	m.seq = live.Seq
+	before := c.Stats()
+	within(t, func() {
+		_, err = c.Acquire(Request{Tokens: seqTokens(4, 100)}) // offloads: calls the Mover
+	})
+	require.NoError(t, err)
+	require.Equal(t, before, m.st, "Stats from a callback: the state before the operation")
+	for _, name := range []string{"Len", "Locate", "BlockTable", "Acquire", "Release", "Admit", "TakeEvents"} {
+		require.ErrorIs(t, m.errs[name], ErrReentrant, name)
+		require.ErrorContains(t, m.errs[name], name)
+	}
+	require.NoError(t, m.errs["Slots"])
+	require.NoError(t, c.checkInvariants())
+	_, err = c.Len(live.Seq)
+	require.NoError(t, err, "the sequence the callback tried to release is alive")
+}
+
+// statsPolicy is an LRU that calls Stats in every Evict.
+type statsPolicy struct {
+	eviction.Policy[UnitID]
+	c     *Cache
+	calls int
+}
+
+func (p *statsPolicy) Evict() (UnitID, bool) {
+	p.calls++
+	_ = p.c.Stats()
+	return p.Policy.Evict()
+}
+
+// TestPolicyCallingStats: the defect as reported, a policy that calls
+// Stats.
+func TestPolicyCallingStats(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	p := &statsPolicy{Policy: eviction.NewLRU[UnitID]()}
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: 2},
+		GPUPolicy: func(PoolInfo) (eviction.Policy[UnitID], error) { return p, nil }})
+	require.NoError(t, err)
+	p.c = c
+	within(t, func() {
+		for i := range 4 {
+			a, err := c.Acquire(Request{Tokens: seqTokens(4, uint32(100*i))})
+			require.NoError(t, err)
+			finish(t, c, a.Seq)
+		}
+	})
+	require.Positive(t, p.calls)
+}
+
+// TestSinkPanicIsReported: a sink that panics used to leave the delivering
+// flag set, so no event was ever delivered again and they piled up. The
+// panic is recovered and counted, and the sink gets the next events.
+func TestSinkPanicIsReported(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	var got []EventKind
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: 8}, Events: func(e Event) {
+		if len(got) == 0 {
+			got = append(got, 0)
+			panic("sink bug")
+		}
+		got = append(got, e.Kind)
+	}})
+	require.NoError(t, err)
+	a, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
+	require.NoError(t, err)
+	require.NotPanics(t, func() { require.NoError(t, c.Commit(a.Seq, 8)) })
+	require.Equal(t, []EventKind{0, BlockStored}, got, "the second event of the batch was delivered")
+	require.NoError(t, c.Release(a.Seq))
+	require.NoError(t, c.Clear())
+	require.Equal(t, []EventKind{0, BlockStored, AllCleared}, got)
+	st := c.Stats()
+	require.Equal(t, uint64(1), st.SinkPanics)
+	pe := c.SinkPanic()
+	require.NotNil(t, pe)
+	require.Equal(t, "sink bug", pe.Value)
+	require.Contains(t, pe.Call, "stored")
+}
+
+// TestEachCallerDeliversItsOwnEvents: with a slow sink, the goroutine that
+// happened to deliver used to deliver everyone's events (one call took
+// minutes) while the others returned at once and their events piled up.
+// Now each call delivers its own events, in order, before it returns, and
+// waits for the earlier calls' deliveries only.
+func TestEachCallerDeliversItsOwnEvents(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	gate := make(chan struct{})
+	var mu sync.Mutex
+	var got []uint64
+	first := true
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: 16}, Events: func(e Event) {
+		mu.Lock()
+		wait := first
+		first = false
+		mu.Unlock()
+		if wait {
+			<-gate // the first event blocks until the test lets it go
+		}
+		mu.Lock()
+		got = append(got, e.Hash)
+		mu.Unlock()
+	}})
+	require.NoError(t, err)
+	a, err := c.Acquire(Request{Tokens: seqTokens(4, 0)})
+	require.NoError(t, err)
+	b, err := c.Acquire(Request{Tokens: seqTokens(4, 100)})
+	require.NoError(t, err)
+	aDone := make(chan struct{})
+	go func() {
+		defer close(aDone)
+		require.NoError(t, c.Commit(a.Seq, 4)) // its event blocks in the sink
+	}()
+	for {
+		mu.Lock()
+		blocked := !first
+		mu.Unlock()
+		if blocked {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	bDone := make(chan struct{})
+	go func() {
+		defer close(bDone)
+		require.NoError(t, c.Commit(b.Seq, 4)) // waits for a's delivery, then delivers its own
+	}()
+	select {
+	case <-bDone:
+		t.Fatal("b's call returned before its event was delivered")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(gate)
+	<-aDone
+	<-bDone
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, got, 2, "each call delivered its event before returning")
+	stats := c.Stats()
+	require.Zero(t, stats.EventsBuffered)
+}
+
+// TestSinkMayChangeTheCache: a sink that releases a sequence when it sees
+// its block stored gets the release's events after the current ones.
+func TestSinkMayChangeTheCache(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	var c *Cache
+	var kinds []EventKind
+	var victim SeqID
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: 4}, Events: func(e Event) {
+		kinds = append(kinds, e.Kind)
+		if e.Kind == BlockStored && victim != 0 {
+			id := victim
+			victim = 0
+			require.NoError(t, c.Release(id))
+			_, err := c.Acquire(Request{Tokens: seqTokens(8, 500)}) // evicts the stored block
+			require.NoError(t, err)
+		}
+	}})
+	require.NoError(t, err)
+	a, err := c.Acquire(Request{Tokens: seqTokens(4, 0)})
+	require.NoError(t, err)
+	victim = a.Seq
+	within(t, func() { require.NoError(t, c.Commit(a.Seq, 4)) })
+	require.Equal(t, []EventKind{BlockStored, UnitDropped, UnitDropped, BlockRemoved}, kinds)
+	require.NoError(t, c.checkInvariants())
+}
+
+// TestTakeEventsBoundsMemory: the pull buffer keeps the newest events up to
+// its capacity and reports how many it dropped.
+func TestTakeEventsBoundsMemory(t *testing.T) {
+	l := tinyLayout(t, layout.AllLayers, nil) // one unit per block
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: 64}, EventBuffer: 4})
+	require.NoError(t, err)
+	a, err := c.Acquire(Request{Tokens: seqTokens(40, 0)}) // ten blocks
+	require.NoError(t, err)
+	require.NoError(t, c.Commit(a.Seq, 40)) // ten BlockStored events
+	st := c.Stats()
+	require.Equal(t, 4, st.EventsBuffered)
+	require.Equal(t, uint64(6), st.EventsDropped)
+	events, lost, err := c.TakeEvents(nil)
+	require.NoError(t, err)
+	require.Equal(t, uint64(6), lost)
+	require.Len(t, events, 4)
+	for i, e := range events {
+		require.Equal(t, BlockStored, e.Kind)
+		require.Equal(t, seqTokens(4, uint32(4*(6+i))), e.Tokens, "the newest four, oldest first")
+	}
+	events, lost, err = c.TakeEvents(events[:0])
+	require.NoError(t, err)
+	require.Empty(t, events)
+	require.Zero(t, lost)
+	require.Zero(t, c.Stats().EventsBuffered)
+	_, err = New(Config{Layout: l, GPU: Capacity{Units: 64}, EventBuffer: -1})
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	// Without a buffer, TakeEvents has nothing to give.
+	c2, err := New(Config{Layout: l, GPU: Capacity{Units: 64}})
+	require.NoError(t, err)
+	events, lost, err = c2.TakeEvents(nil)
+	require.NoError(t, err)
+	require.Empty(t, events)
+	require.Zero(t, lost)
+}

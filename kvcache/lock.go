@@ -1,0 +1,87 @@
+package kvcache
+
+import (
+	"fmt"
+	"reflect"
+	"runtime"
+)
+
+// The cache calls policies, the Mover and the cost model with its lock
+// held, and the event sink without it. A callback that calls back into the
+// cache would, with a plain mutex, wedge every goroutine. Go has no
+// goroutine identity, but the callback's own stack names it: when the lock
+// is taken, a call that finds one of the cache's callback frames below it
+// is a callback calling back. Such a call gets an error (ErrReentrant)
+// instead of a deadlock; Stats answers from the snapshot of the state
+// before the running operation. The stack is looked at only when the lock
+// is not free, so an uncontended call pays nothing.
+
+// heldCallbacks names the functions that call user code with the lock
+// held; sinkCallbacks the one that calls the event sink.
+var (
+	heldCallbacks = funcNames(
+		(*arena).policyInsert, (*arena).policyPin, (*arena).policyUnpin, (*arena).policyRemove,
+		(*arena).policyAccess, (*arena).policyEvict, (*arena).policyBegin, (*arena).policyCommit,
+		(*arena).policyRollback, (*Cache).copyBatch, (*Cache).decideOffload)
+	sinkCallbacks = funcNames((*eventLog).callSink)
+)
+
+// funcNames returns the names of fs as the runtime reports them in stacks.
+func funcNames(fs ...any) map[string]bool {
+	out := make(map[string]bool, len(fs))
+	for _, f := range fs {
+		out[runtime.FuncForPC(reflect.ValueOf(f).Pointer()).Name()] = true
+	}
+	return out
+}
+
+// onStack reports whether a function of names is on the calling
+// goroutine's stack.
+func onStack(names map[string]bool) bool {
+	var pcs [128]uintptr
+	for skip := 2; ; {
+		n := runtime.Callers(skip, pcs[:])
+		frames := runtime.CallersFrames(pcs[:n])
+		for {
+			f, more := frames.Next()
+			if names[f.Function] {
+				return true
+			}
+			if !more {
+				break
+			}
+		}
+		if n < len(pcs) {
+			return false
+		}
+		skip += n
+	}
+}
+
+// inSink reports whether the calling goroutine runs inside the event sink.
+func inSink() bool { return onStack(sinkCallbacks) }
+
+// lock takes the cache's lock for method call, or returns an error wrapping
+// ErrReentrant when the caller is a callback that runs under it.
+func (c *Cache) lock(call string) error {
+	if c.mu.TryLock() {
+		return nil
+	}
+	if onStack(heldCallbacks) {
+		return fmt.Errorf("%w: %s called from a policy, Mover or cost model callback", ErrReentrant, call)
+	}
+	c.mu.Lock()
+	return nil
+}
+
+// unlock ends a call that may have changed the cache: it records the
+// Stats snapshot that callbacks of the next operation see, releases the
+// lock and delivers the call's events to the sink.
+func (c *Cache) unlock() {
+	c.snap = c.stats()
+	b, ok := c.events.publish()
+	c.mu.Unlock()
+	if ok {
+		c.events.deliver(b)
+	}
+}
