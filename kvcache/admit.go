@@ -142,7 +142,10 @@ func (c *Cache) Clear() (err error) {
 			c.freeUnit(c.unit(int32(b), sl))
 		}
 	}
-	c.st.removed += uint64(c.tree.Clear(func(n *radix.Node[int32]) { c.freeBlock(n.Value) }))
+	c.st.removed += uint64(c.tree.Clear(func(n *radix.Node[int32]) {
+		c.unmarkHollow(n.Value)
+		c.freeBlock(n.Value)
+	}))
 	if c.events.enabled() {
 		c.events.emit(Event{Kind: AllCleared})
 	}

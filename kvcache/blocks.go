@@ -45,6 +45,10 @@ type blockRec struct {
 	// Cache.writing.
 	hash    uint64
 	indexed bool
+	// hollow says whether the block is on the list of hollow nodes (see
+	// metadata.go), linked through hollowPrev and hollowNext.
+	hollow                 bool
+	hollowPrev, hollowNext int32
 	// gen is the record's generation: freeing the record increments it,
 	// so that the UnitIDs of the record's next block differ from those of
 	// every block it held before (see UnitID).
@@ -68,13 +72,17 @@ func (c *Cache) allocBlock(index, chunks int, prio int, dur time.Duration) int32
 		}
 	}
 	c.blocks[b] = blockRec{index: int32(index), chunks: int32(max(chunks, index+1)),
-		prio: int8(prio), prioDur: dur, live: true, gen: c.blocks[b].gen, twin: -1}
+		prio: int8(prio), prioDur: dur, live: true, gen: c.blocks[b].gen, twin: -1,
+		hollowPrev: noBlock, hollowNext: noBlock}
 	return b
 }
 
 // addRef adds a reference to block b from a sequence (sparse or not).
 func (c *Cache) addRef(b int32, sparse bool) {
 	r := &c.blocks[b]
+	if r.refs == 0 {
+		c.unmarkHollow(b)
+	}
 	r.refs++
 	if sparse {
 		r.sparseRefs++

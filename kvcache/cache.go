@@ -58,6 +58,12 @@ type Cache struct {
 	blocks     []blockRec
 	freeBlocks []int32
 	gcQueue    []int32
+	// hollowHead and hollowTail delimit the list of hollow nodes, least
+	// recently hollowed first; maxBlocks is the tree's budget (see
+	// metadata.go).
+	hollowHead, hollowTail int32
+	hollowCount            int
+	maxBlocks              int
 
 	seqs    map[SeqID]*sequence
 	nextSeq SeqID
@@ -91,6 +97,9 @@ func New(cfg Config) (*Cache, error) {
 	}
 	if cfg.EventBuffer < 0 {
 		return nil, fmt.Errorf("%w: EventBuffer %d is negative", ErrInvalidConfig, cfg.EventBuffer)
+	}
+	if cfg.MaxBlocks < 0 {
+		return nil, fmt.Errorf("%w: MaxBlocks %d is negative", ErrInvalidConfig, cfg.MaxBlocks)
 	}
 	lp := l.Pools()
 	gpuSlots, err := splitCapacity("GPU", cfg.GPU, lp)
@@ -127,6 +136,8 @@ func New(cfg Config) (*Cache, error) {
 		storedHeads: m.StoredHeads(),
 		mover:       cfg.Mover,
 		seqs:        make(map[SeqID]*sequence),
+		hollowHead:  noBlock,
+		hollowTail:  noBlock,
 		writing:     make(map[uint64]int32),
 		nextSeq:     1,
 	}
@@ -141,6 +152,10 @@ func New(cfg Config) (*Cache, error) {
 	c.pools = make([]poolGeom, len(lp))
 	for i, p := range lp {
 		c.pools[i] = poolGeom{unitBytes: p.UnitBytes, window: p.Window, unitsPerBlock: p.UnitsPerBlock}
+	}
+	c.maxBlocks = cfg.MaxBlocks
+	if c.maxBlocks == 0 {
+		c.maxBlocks = defaultMaxBlocks(c.pools, gpuSlots, cpuSlots)
 	}
 	c.slicePool = make([]int32, c.numSlices)
 	c.sliceLayer = make([]int32, c.numSlices)

@@ -179,6 +179,15 @@ type Config struct {
 	// HashSeed seeds the chain hash of token blocks (radix.Hasher). Caches
 	// whose events are compared by a router should share it.
 	HashSeed uint64
+	// MaxBlocks bounds the token blocks the prefix tree keeps, the
+	// cache's metadata. Blocks that hold bytes or that live sequences use
+	// are bounded by the tiers and the sequences; the others (hollow:
+	// dropped, kept for the cached blocks below them) are removed, least
+	// recently hollowed first and with their subtrees, whenever the tree
+	// holds more (see Stats.PrunedBlocks). 0 means twice the token blocks
+	// the GPU and CPU tiers hold together, and at least 1024; use
+	// math.MaxInt for no bound.
+	MaxBlocks int
 }
 
 // poolGeom is what the cache keeps of a layout pool.

@@ -26,8 +26,10 @@ func (c *Cache) collect(b int32) {
 			return
 		}
 		if !r.node.IsLeaf() {
+			c.markHollow(b)
 			return
 		}
+		c.unmarkHollow(b)
 		parent := r.node.Parent()
 		c.emitBlock(BlockRemoved, b)
 		if err := c.tree.Remove(r.node); err != nil {

@@ -165,8 +165,25 @@ func (c *Cache) checkAccounting(policies bool) error {
 		if r.refs == 0 && r.held == 0 && (r.node == nil || r.node.IsLeaf()) {
 			return fmt.Errorf("block %d: unreferenced and empty but not collected", b)
 		}
+		if hollow := r.node != nil && r.refs == 0 && r.held == 0; hollow != r.hollow {
+			return fmt.Errorf("block %d: hollow %t but listed %t", b, hollow, r.hollow)
+		}
 	}
-	if live+len(c.freeBlocks) != len(c.blocks) {
+	listed := 0
+	for b, prev := c.hollowHead, noBlock; b != noBlock; b = c.blocks[b].hollowNext {
+		if !c.blocks[b].hollow || c.blocks[b].hollowPrev != prev {
+			return fmt.Errorf("hollow list broken at block %d", b)
+		}
+		prev = b
+		listed++
+	}
+	if listed != c.hollowCount {
+		return fmt.Errorf("hollow list holds %d blocks, counted %d", listed, c.hollowCount)
+	}
+	if c.tree.Len() > c.maxBlocks && c.hollowHead != noBlock {
+		return fmt.Errorf("tree holds %d blocks, budget %d, with hollow blocks left", c.tree.Len(), c.maxBlocks)
+	}
+	if live+len(c.freeBlocks)+int(c.st.retiredRecords) != len(c.blocks) {
 		return fmt.Errorf("%d live + %d free block records != %d", live, len(c.freeBlocks), len(c.blocks))
 	}
 	treeNodes := 0

@@ -74,10 +74,12 @@ func (c *Cache) lock(call string) error {
 	return nil
 }
 
-// unlock ends a call that may have changed the cache: it records the
-// Stats snapshot that callbacks of the next operation see, releases the
-// lock and delivers the call's events to the sink.
+// unlock ends a call that may have changed the cache: it keeps the tree
+// within its budget, records the Stats snapshot that callbacks of the next
+// operation see, releases the lock and delivers the call's events to the
+// sink.
 func (c *Cache) unlock() {
+	c.pruneMetadata()
 	c.snap = c.stats()
 	b, ok := c.events.publish()
 	c.mu.Unlock()

@@ -54,7 +54,7 @@ func (c *Cache) mergeBlock(s *sequence, i int, n *radix.Node[int32]) {
 			c.emitTier(x, CPU, Dropped)
 			c.emitTier(x, Dropped, GPU)
 		case Dropped:
-			c.blocks[e].held++
+			c.gainBytes(e)
 			c.emitTier(x, Dropped, GPU)
 		}
 		c.uTier[c.ix(x)], c.uSlot[c.ix(x)], c.uPins[c.ix(x)] = GPU, slot, pins

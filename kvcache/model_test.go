@@ -101,6 +101,8 @@ type modelConfig struct {
 	// chaos, when positive, wraps every policy in a chaosPolicy that
 	// breaks the contract in one call in chaos.
 	chaos int
+	// maxBlocks is Config.MaxBlocks.
+	maxBlocks int
 }
 
 func constFactory(f PolicyFactory) func() PolicyFactory { return func() PolicyFactory { return f } }
@@ -118,6 +120,8 @@ func modelConfigs() []modelConfig {
 			policy: constFactory(RetentionFactory(costmodel.Recompute{Alpha: 1e-6, Beta: 1e-3}))},
 		{name: "bsa-cost", kind: layout.BSA, gpu: Capacity{Units: 60}, cpu: Capacity{Bytes: 40 * 16},
 			cost: &costmodel.Model{Recompute: costmodel.Recompute{Beta: 2e-7}, Link: costmodel.Link{BytesPerSecond: 1e9}}},
+		{name: "paged-fifo-budget", kind: layout.PagedLayer, gpu: Capacity{Units: 30}, cpu: Capacity{Units: 20},
+			policy: constFactory(FIFOFactory), maxBlocks: 12},
 	}
 }
 
@@ -181,7 +185,7 @@ func newHarness(t testing.TB, mc modelConfig, choose func(int) int) *harness {
 	h := &harness{t: t, store: store, mover: &faultyMover{inner: store}, lay: l, choose: choose,
 		ref: map[SeqID]*refSeq{}, counts: map[string]int{}, clock: &eviction.ManualClock{},
 		routed: map[uint64][]Tier{}}
-	cfg := Config{Layout: l, GPU: mc.gpu, CPU: mc.cpu, Mover: h.mover, CostModel: mc.cost, Clock: h.clock,
+	cfg := Config{Layout: l, GPU: mc.gpu, CPU: mc.cpu, Mover: h.mover, CostModel: mc.cost, Clock: h.clock, MaxBlocks: mc.maxBlocks,
 		Events: func(e Event) { h.events = append(h.events, e); h.route(e) }}
 	if mc.policy != nil {
 		cfg.GPUPolicy, cfg.CPUPolicy = mc.policy(), mc.policy()
@@ -914,7 +918,7 @@ func (h *harness) step() {
 		return false
 	}
 	op := h.choose(100)
-	if len(h.order) == 0 && op%10 == 0 {
+	if len(h.order) == 0 && op%4 == 0 {
 		// An idle cache may be cleared.
 		blocks := c.Stats().Blocks
 		if !okErr(c.Clear()) {
@@ -1170,6 +1174,9 @@ func (h *harness) step() {
 		h.mover.armed = false
 	}
 	h.checkNoWastedOffload(partly, before.events)
+	if c.Stats().PrunedBlocks > before.stats.PrunedBlocks {
+		h.counts["pruned"]++
+	}
 	// A unit pinned before and after the operation did not move.
 	for k, v := range h.pinnedSlots() {
 		if w, ok := pinnedBefore[k]; ok {
@@ -1266,6 +1273,9 @@ func TestModelRandomized(t *testing.T) {
 			}
 			if mc.cpu != (Capacity{}) {
 				require.Positive(t, total["victim of a partly dropped block dropped"], "checkNoWastedOffload never met its case")
+			}
+			if mc.maxBlocks > 0 {
+				require.Positive(t, total["pruned"], "the budget never pruned")
 			}
 		})
 	}

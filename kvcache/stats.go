@@ -8,6 +8,7 @@ type counters struct {
 	stored, removed            uint64
 	retiredRecords             uint64
 	aborted                    uint64
+	pruned                     uint64
 }
 
 // TierStats describes one tier, summed over its pools. Slots are unit slots:
@@ -61,9 +62,21 @@ type Stats struct {
 	// counts once per layer's call.
 	RecomputedTokens int64
 	// Stored and Removed count blocks committed to and removed from the
-	// prefix tree; Blocks is how many it holds now.
+	// prefix tree; Blocks is how many it holds now, of which HollowBlocks
+	// hold no bytes and no live sequence uses; PrunedBlocks counts those
+	// removed (with their subtrees) to keep the tree within
+	// Config.MaxBlocks.
 	Stored, Removed uint64
 	Blocks          int
+	HollowBlocks    int
+	PrunedBlocks    uint64
+	// BlockRecords is the live block records: tree blocks and the
+	// sequences' private blocks. MetadataBytes estimates the memory they
+	// take (the records, their unit tables, the tree's nodes and the
+	// policies' entries); freed records are kept for reuse, so the heap
+	// holds the most records ever live at once.
+	BlockRecords  int
+	MetadataBytes int64
 	// Sequences is the number of live sequences; Aborted counts those
 	// ended by Abort.
 	Sequences int
@@ -100,6 +113,7 @@ func (c *Cache) stats() Stats {
 		BytesMoved: c.st.bytesMoved, RecomputedTokens: c.st.recomputed,
 		Stored: c.st.stored, Removed: c.st.removed, Blocks: c.tree.Len(),
 		Sequences: len(c.seqs), Aborted: c.st.aborted,
+		HollowBlocks: c.hollowCount, PrunedBlocks: c.st.pruned, BlockRecords: c.liveRecords(), MetadataBytes: c.metadataBytes(),
 		EventsBuffered: c.events.n, EventsDropped: c.events.dropped, SinkPanics: c.events.panics.Load(),
 	}
 	for p := range c.pools {

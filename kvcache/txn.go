@@ -651,11 +651,11 @@ func (c *Cache) commit() {
 			c.emitTier(n.u, CPU, Dropped)
 			c.emitTier(n.u, Dropped, GPU)
 		case actCopy:
-			c.blocks[c.blockOf(n.u)].held++
+			c.gainBytes(c.blockOf(n.u))
 			c.st.copies++
 			c.st.bytesMoved += c.pools[p].unitBytes
 		case actFresh:
-			c.blocks[c.blockOf(n.u)].held++
+			c.gainBytes(c.blockOf(n.u))
 			c.emitTier(n.u, Dropped, GPU)
 		}
 		c.uTier[c.ix(n.u)] = GPU

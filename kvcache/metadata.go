@@ -1,0 +1,157 @@
+package kvcache
+
+import (
+	"unsafe"
+
+	"github.com/kvtier/kvtier/radix"
+)
+
+// Metadata has a budget. A node leaves the prefix tree on its own only as a
+// leaf with no bytes and no references (collect), so a cached block keeps
+// every dropped ancestor: without a bound, a workload whose prompts keep
+// their tails cached (a high-priority last block, a cost-aware policy)
+// grows the tree by its prompts' depth for every cached block. A hollow
+// node, one that holds no bytes and that no sequence references, still has
+// a use (a later request recomputes it and hits the blocks below it), but
+// once the tree holds more than Config.MaxBlocks blocks, the least recently
+// used hollow node is removed with its whole subtree: its descendants'
+// units are dropped (UnitDropped events) and every node leaves the tree
+// (BlockRemoved events, children first). A hollow node's subtree holds no
+// referenced node, since a sequence references every block of its prefix
+// (a recomputed block through its copy's twin), so no live sequence loses
+// anything. Recency is when the node last became hollow: a request that
+// matches it references it, and releasing it makes it hollow again.
+//
+// The hollow nodes form a doubly linked list through their block records,
+// least recently hollowed first (hollowHead).
+
+// noBlock marks the end of the hollow list.
+const noBlock int32 = -1
+
+// defaultMaxBlocks is Config.MaxBlocks when it is 0: twice the token blocks
+// both tiers hold (a block needs all its units, so a tier holds, in whole
+// blocks, the least over pools of slots per unit per block), and at least
+// minMaxBlocks.
+func defaultMaxBlocks(pools []poolGeom, gpu, cpu []int) int {
+	blocks := 0
+	for _, slots := range [2][]int{gpu, cpu} {
+		least := -1
+		for p, n := range slots {
+			if b := n / pools[p].unitsPerBlock; least < 0 || b < least {
+				least = b
+			}
+		}
+		blocks += max(least, 0)
+	}
+	return max(2*blocks, minMaxBlocks)
+}
+
+// minMaxBlocks is the smallest default budget: a tiny cache still keeps a
+// few prompts' worth of dropped prefixes.
+const minMaxBlocks = 1024
+
+// markHollow puts block b, a tree node with no bytes and no references, at
+// the most recent end of the hollow list, unless it is there already.
+func (c *Cache) markHollow(b int32) {
+	r := &c.blocks[b]
+	if r.hollow {
+		return
+	}
+	r.hollow = true
+	r.hollowPrev, r.hollowNext = c.hollowTail, noBlock
+	if c.hollowTail == noBlock {
+		c.hollowHead = b
+	} else {
+		c.blocks[c.hollowTail].hollowNext = b
+	}
+	c.hollowTail = b
+	c.hollowCount++
+}
+
+// unmarkHollow takes block b off the hollow list, if it is on it.
+func (c *Cache) unmarkHollow(b int32) {
+	r := &c.blocks[b]
+	if !r.hollow {
+		return
+	}
+	if r.hollowPrev == noBlock {
+		c.hollowHead = r.hollowNext
+	} else {
+		c.blocks[r.hollowPrev].hollowNext = r.hollowNext
+	}
+	if r.hollowNext == noBlock {
+		c.hollowTail = r.hollowPrev
+	} else {
+		c.blocks[r.hollowNext].hollowPrev = r.hollowPrev
+	}
+	r.hollow, r.hollowPrev, r.hollowNext = false, noBlock, noBlock
+	c.hollowCount--
+}
+
+// gainBytes counts a unit of block b that got bytes back.
+func (c *Cache) gainBytes(b int32) {
+	r := &c.blocks[b]
+	r.held++
+	if r.held == 1 {
+		c.unmarkHollow(b)
+	}
+}
+
+// pruneMetadata removes the least recently hollowed nodes, with their
+// subtrees, while the tree holds more than the budget (see the top of this
+// file).
+func (c *Cache) pruneMetadata() {
+	for c.tree.Len() > c.maxBlocks && c.hollowHead != noBlock {
+		b := c.hollowHead
+		c.unmarkHollow(b)
+		n := c.blocks[b].node
+		parent := n.Parent()
+		removed, err := c.tree.RemoveSubtree(n, func(d *radix.Node[int32]) {
+			x := d.Value
+			for sl := range c.numSlices {
+				u := c.unit(x, sl)
+				if t := c.uTier[c.ix(u)]; t != Dropped {
+					c.emitTier(u, t, Dropped)
+					c.freeUnit(u)
+				}
+			}
+			c.emitBlock(BlockRemoved, x)
+			c.unmarkHollow(x)
+			c.freeBlock(x)
+		})
+		if err != nil {
+			return // unreachable: b is a live node of the tree
+		}
+		c.st.removed += uint64(removed)
+		c.st.pruned += uint64(removed)
+		if parent != nil {
+			// The parent may be a leaf with nothing left now.
+			c.gcQueue = append(c.gcQueue, parent.Value)
+			c.collectPending()
+		}
+	}
+}
+
+// liveRecords returns the block records in use.
+func (c *Cache) liveRecords() int {
+	return len(c.blocks) - len(c.freeBlocks) - int(c.st.retiredRecords)
+}
+
+// metadataBytes estimates the memory of the cache's live metadata: the
+// block records in use and their unit tables, the tree's nodes with their
+// tokens, and one policy entry per resident unit. It is an estimate for
+// Stats, from the sizes of the structures, not a measurement.
+func (c *Cache) metadataBytes() int64 {
+	const (
+		nodeBytes   = 112 // a radix node and its shared metadata, as allocated
+		policyBytes = 48  // a policy's entry and index slot for one key
+	)
+	records := int64(c.liveRecords())
+	unitTables := int64(1<<c.sliceShift) * int64(unsafe.Sizeof(Tier(0))+2*unsafe.Sizeof(int32(0)))
+	n := records * (int64(unsafe.Sizeof(blockRec{})) + unitTables)
+	n += int64(c.tree.Len()) * (nodeBytes + int64(c.blockTokens)*int64(unsafe.Sizeof(uint32(0))))
+	for p := range c.pools {
+		n += int64(c.gpu[p].tracked+c.cpu[p].tracked) * policyBytes
+	}
+	return n
+}
