@@ -1,21 +1,28 @@
 package kvcache
 
 import (
+	"errors"
 	"testing"
 )
 
 // FuzzOperations drives the model-based harness with operations chosen by
 // the fuzzer's bytes: every choice the randomized test makes with a PRNG is
 // read from the input instead, and every invariant is checked after every
-// step.
+// step. The configuration byte's high bit wraps the policies in chaos
+// policies (broken contracts and panics, see chaosPolicy); the harness
+// injects Mover failures and panics either way.
 func FuzzOperations(f *testing.F) {
 	f.Add(uint8(0), []byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9})
 	f.Add(uint8(1), []byte("acquire append release truncate fork sparse"))
 	f.Add(uint8(2), []byte{30, 30, 30, 60, 60, 90, 90, 1, 2, 3, 4, 5, 99, 99, 50, 50})
 	f.Add(uint8(4), []byte{255, 0, 255, 0, 128, 64, 32, 16, 8, 4, 2, 1})
+	f.Add(uint8(0x81), []byte("chaos: a policy that breaks its contract now and then"))
 	configs := modelConfigs()
 	f.Fuzz(func(t *testing.T, config uint8, data []byte) {
-		mc := configs[int(config)%len(configs)]
+		mc := configs[int(config&0x7f)%len(configs)]
+		if config&0x80 != 0 {
+			mc.chaos = 40
+		}
 		pos := 0
 		choose := func(n int) int {
 			if n <= 1 {
@@ -31,14 +38,19 @@ func FuzzOperations(f *testing.F) {
 		}
 		h := newHarness(t, mc, choose)
 		h.checkAll()
-		for pos < len(data) && h.steps < 300 {
+		for pos < len(data) && h.steps < 300 && h.poisoned == nil {
 			h.step()
 			h.checkAll()
 		}
-		for len(h.order) > 0 {
+		for len(h.order) > 0 && h.poisoned == nil {
 			id := h.order[0]
 			if err := h.c.Release(id); err != nil {
-				t.Fatal(err)
+				if !errors.Is(err, ErrPolicy) {
+					t.Fatal(err)
+				}
+				h.notePoisoned(err)
+				h.checkAll()
+				break
 			}
 			h.forget(id)
 			h.checkAll()

@@ -39,10 +39,13 @@ import (
 // errInjected is the failure of faultyMover.
 var errInjected = errors.New("injected copy failure")
 
-// faultyMover fails the next batch when armed, having copied nothing.
+// faultyMover fails the next batch when armed: having copied nothing, or,
+// with panics set, by panicking after its first copy (a Mover with a bug:
+// its writes are unknown).
 type faultyMover struct {
 	inner   Mover
 	armed   bool
+	panics  bool
 	batches int
 	failed  int
 }
@@ -52,6 +55,10 @@ func (f *faultyMover) Copy(b []Copy) error {
 	if f.armed {
 		f.armed = false
 		f.failed++
+		if f.panics {
+			_ = f.inner.Copy(b[:1])
+			panic("injected mover bug")
+		}
 		return errInjected
 	}
 	return f.inner.Copy(b)
@@ -239,6 +246,7 @@ func (h *harness) route(e Event) {
 
 // ledger sums what the plans of successful operations reported.
 type ledger struct {
+	lost                                   uint64
 	offloads, onboards, copies, drops      uint64
 	bytesMoved, recomputed                 int64
 	gpuHits, gpuMisses, cpuHits, cpuMisses uint64
@@ -296,6 +304,7 @@ func (h *harness) checkLedger() {
 	require.Equal(h.t, l.onboards, st.Onboards, "step %d: onboards", h.steps)
 	require.Equal(h.t, l.copies, st.Copies, "step %d: copies", h.steps)
 	require.Equal(h.t, l.drops, st.GPU.Drops+st.CPU.Drops, "step %d: drops", h.steps)
+	require.Equal(h.t, l.lost, st.GPU.Lost+st.CPU.Lost, "step %d: units lost to a Mover's panic", h.steps)
 	require.Equal(h.t, l.offloads+l.drops, st.GPU.Evictions+st.CPU.Evictions, "step %d: evictions", h.steps)
 	require.Equal(h.t, l.bytesMoved, st.BytesMoved, "step %d: bytes moved", h.steps)
 	require.Equal(h.t, l.recomputed, st.RecomputedTokens, "step %d: recomputed tokens", h.steps)
@@ -814,6 +823,30 @@ func (h *harness) requireSameState(before snapshot, why string) {
 	require.Equal(h.t, before.events, after.events, "step %d: events of %s", h.steps, why)
 }
 
+// expectOnlyLost asserts what a Mover's panic may change: units dropped
+// (TierStats.Lost), blocks left with nothing removed, and nothing else but
+// the implicit commit of an Append or Fork of sequence committing (0:
+// none); the sequences are as before.
+func (h *harness) expectOnlyLost(before snapshot, committing SeqID) {
+	h.t.Helper()
+	after := h.snapshot()
+	lost := after.stats.GPU.Lost + after.stats.CPU.Lost - before.stats.GPU.Lost - before.stats.CPU.Lost
+	if committing == 0 {
+		require.Equal(h.t, before.seqs, after.seqs, "step %d: sequences changed by a Mover's panic", h.steps)
+		for _, e := range h.events[before.events:] {
+			// Dropping units may leave blocks hollow (pruned) or empty
+			// (removed).
+			require.Contains(h.t, []EventKind{UnitDropped, BlockRemoved}, e.Kind, "step %d: a Mover's panic only drops units", h.steps)
+		}
+	} else {
+		toks, err := h.c.SequenceTokens(nil, committing)
+		require.NoError(h.t, err)
+		require.True(h.t, slices.Equal(h.ref[committing].tokens, toks), "step %d: tokens of a failed call", h.steps)
+	}
+	// The ledger does not see these drops (no plan reports them).
+	h.plans.lost += lost
+}
+
 // expectOnlyCommitted asserts that an Append or Fork of sequence id that
 // failed changed nothing but its implicit commit: the sequence's tokens are
 // as before, and committing them now changes nothing more.
@@ -891,6 +924,7 @@ func (h *harness) step() {
 	pinnedBefore := h.pinnedSlots()
 	failing := h.choose(20) == 0
 	h.mover.armed = failing
+	h.mover.panics = failing && h.choose(3) == 0
 	failedBefore := h.mover.failed
 	// committing is the sequence whose Append or Fork commits implicitly:
 	// when the call fails, that commit stays (see Append).
@@ -907,6 +941,16 @@ func (h *harness) step() {
 			require.True(h.t, failing)
 			require.Equal(h.t, failedBefore+1, h.mover.failed)
 			h.counts["copy failed"]++
+			var pe *PanicError
+			if errors.As(err, &pe) {
+				// The units whose slots the batch may have written are
+				// dropped, the rest is rolled back: checkAll verifies
+				// every byte left and the accounting.
+				require.True(h.t, h.mover.panics)
+				h.counts["mover panicked"]++
+				h.expectOnlyLost(before, committing)
+				return false
+			}
 		} else {
 			h.counts["no space"]++
 		}
