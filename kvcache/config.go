@@ -60,14 +60,32 @@ type PoolInfo struct {
 // (S3-FIFO sizes its queues from the capacity) which only the cache knows
 // after splitting the tier capacity.
 //
-// The cache relies on the policy's Insert never failing: it inserts only
-// valid entries (Size 1, its request's priority) of keys the policy does not
-// track, and in particular re-inserts a key right after releasing one
-// (rolling back a failed operation puts its victims back; adopting a cached
-// block swaps one key for another). Every policy in package eviction accepts
-// these inserts. A policy whose Insert fails there poisons the cache: see
-// ErrPolicy. The cache inserts keys with eviction.Entry.Size 1: capacity is
-// counted in slots, every slot of an arena has the same size.
+// What a policy may assume:
+//
+//   - A key (UnitID) names one unit of one block for the cache's lifetime:
+//     a block the cache forgets never lends its keys to another, so history
+//     kept by key (ghosts, counts) never mixes two blocks. A key is
+//     inserted again only when the same unit comes back to the arena
+//     (onboarded after an offload, restored after a drop), or when a
+//     rollback puts a victim back into a policy that does not implement
+//     eviction.Transactional.
+//   - The cache inserts only valid entries (Size 1: capacity is counted in
+//     slots, every slot of an arena has the same size; its request's
+//     priority) of keys the policy does not track, and relies on Insert
+//     never failing there. Every policy in package eviction accepts these
+//     inserts. A policy whose Insert fails poisons the cache: see
+//     ErrPolicy.
+//   - Calls come one at a time, under the cache's lock. A policy may call
+//     Stats and the configuration getters of its cache; any other method
+//     returns ErrReentrant. It must not wait for another goroutine that
+//     calls the cache.
+//   - A policy that implements eviction.Transactional is told when an
+//     operation begins and ends, and is rolled back (Rollback) when the
+//     operation fails: it is left exactly as before. Others are compensated
+//     by ordinary calls (victims inserted again, pins undone by Unpin).
+//   - A panic is recovered: the policy is not called again and the cache
+//     is poisoned (ErrPolicy), so a policy never sees a half-applied
+//     operation's consequences.
 //
 // The Entry's Unit places the unit for cost-aware policies (and for
 // Config.CostModel): Layer and Layers are the unit's KV layer and the

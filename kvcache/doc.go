@@ -20,20 +20,32 @@
 //	// copy nothing: plan.Copies were executed by the Mover already
 //	// compute plan.Compute (uncached and recompute ranges) into the slots of
 //	// c.BlockTable(nil, plan.Seq, slice), then decode:
-//	plan, err = c.Append(plan.Seq, token) // every full block is shared at once
-//	c.Release(plan.Seq)                    // units stay cached until evicted
+//	plan, err = c.Append(plan.Seq, token) // commits the KV computed so far
+//	c.Commit(plan.Seq, plan.Tokens)       // the last step ran: share it too
+//	c.Release(plan.Seq)                    // committed units stay cached
 //
 // Acquire matches the longest cached prefix (same namespace, LoRA and extra
 // keys: different namespaces never share anything), pins every unit the
 // request uses on the GPU, copies CPU units back, gives dropped or missing
 // units fresh slots and returns the token ranges to compute (a block with a
-// dropped unit is recomputed whole, so its CPU units are not copied back).
-// Append commits each block as it fills (early reuse). Truncate rolls back speculative
-// tokens; Fork shares full blocks and copies the partial one. Admit answers
-// how many GPU slots a prompt would still need. Sparse (BSA, MoBA) requests
-// keep their blocks referenced but pin only what the current step writes;
-// SparseAccess brings the blocks a layer's heads selected to the GPU, so the
-// GPU need not hold the whole context.
+// dropped unit is recomputed whole, into a private copy, so its CPU units
+// are not copied back). Admit answers how many GPU slots a prompt would
+// still need. Sparse (BSA, MoBA) requests keep their blocks referenced but
+// pin only what the current step writes; SparseAccess brings the blocks a
+// layer's heads selected to the GPU, so the GPU need not hold the whole
+// context. Truncate rolls back speculative tokens; Fork shares full blocks
+// and copies the partial one.
+//
+// A block is reusable by other requests only once the server has said its
+// bytes are written: Commit(seq, upTo) after a chunk of a chunked prefill,
+// or implicitly the sequence's next Append or Fork (the forward pass that
+// produced the new token wrote every earlier one). Until then it is private
+// to its sequence: another request with the same prompt computes its own
+// copy (Plan.BeingWrittenTokens tells it how much it could reuse by
+// waiting), and a sequence that ends before (Release, Abort: the prefill
+// failed, the client went away) or truncates discards it. So the prefix
+// tree holds only written KV, and a request never reuses a block whose
+// prefill did not run.
 //
 // # Tiers and eviction
 //
@@ -57,26 +69,49 @@
 // cost-aware policy may prefer it): it becomes dropped and stays in the
 // tree, and a later match reports its block's tokens for recompute while
 // later blocks still hit (Pensieve). A tree node is removed (a BlockRemoved
-// event) only when none of its units holds bytes, no sequence references
-// it and it has no children.
+// event) when none of its units holds bytes, no sequence references it and
+// it has no children, or with the subtree of a hollow ancestor when the
+// tree is over its budget (see Metadata).
 //
 // # Failures
 //
 // Every mutating operation is a transaction: if the GPU cannot supply the
-// slots (everything pinned) it fails with ErrNoSpace, and if the Mover fails
-// it fails with ErrCopyFailed; either way nothing changed (no pin, slot,
-// unit, stat or sequence), except that policies may have reordered the
-// victims they had chosen. Bad input returns an error wrapping one of the
-// package's sentinels and never panics. A custom eviction policy that
-// breaks its contract (its Insert fails where the cache must place a unit,
-// its Evict returns a key that is no evictable unit) poisons the cache:
-// every later mutating call fails with ErrPolicy.
+// slots (everything pinned) it fails with ErrNoSpace before any policy is
+// told anything, and if the Mover fails it fails with ErrCopyFailed; either
+// way nothing changed (no pin, slot, unit, stat or sequence). A policy
+// that implements eviction.Transactional (every policy of package eviction
+// does) is rolled back exactly: it chooses the same victims afterwards as
+// if the operation had never run; another is compensated call by call
+// (victims inserted again, pins undone with Unpin), which may reorder it.
+// Bad input returns an error wrapping one of the package's sentinels and
+// never panics.
+//
+// Policies, the Mover, the cost model and the event sink are user code, and
+// the cache contains them. A policy that breaks its contract (an Insert
+// that fails where the cache must place a unit, an Evict that returns a key
+// that is no evictable unit of its arena, pinned in either tier, stale or
+// garbage, or nothing while units are evictable) or that panics poisons the
+// cache: the call returns an error wrapping ErrPolicy, as does every later
+// mutating call, the cache's accounting stays exact and no wrong byte is
+// ever served. A Mover that panics fails its operation (ErrCopyFailed, the
+// panic as a *PanicError) and the units whose slots it may have written are
+// dropped. A sink that panics is counted and skipped. See PanicError.
+//
+// # Metadata
+//
+// The prefix tree keeps, beside the blocks that hold bytes, dropped blocks
+// whose descendants are cached (a later request recomputes them and still
+// hits the blocks below). Config.MaxBlocks bounds the tree: past it, the
+// least recently used of those hollow blocks is removed with its subtree.
 //
 // # Concurrency
 //
 // A Cache is safe for concurrent use. One mutex serializes all calls
 // (policies and the prefix tree are not goroutine-safe) and is held across
-// Mover calls, which makes rollback exact; events are queued under the lock
-// and delivered in order after it is released. Stats reads counters kept
-// up to date under the lock.
+// policy, Mover and cost model calls, which makes rollback exact; such a
+// callback that calls back into the cache gets ErrReentrant (Stats answers
+// it) instead of a deadlock. Events are delivered after the lock is
+// released, by the goroutine whose operation produced them, in operation
+// order (see EventSink), or buffered for TakeEvents. Stats reads counters
+// kept up to date under the lock.
 package kvcache

@@ -3,10 +3,13 @@ package kvcache
 import "errors"
 
 // Errors returned by this package. Every returned error wraps exactly one of
-// them (test with errors.Is) and names the offending value. An operation that
-// returns an error has changed nothing: no pin, slot, unit or sequence is
-// left half-done. The one exception is ErrPolicy, which reports a broken
-// policy and leaves the cache unusable.
+// them (test with errors.Is) and names the offending value; an error caused
+// by a panic in user code also wraps a *PanicError (errors.As). An
+// operation that returns an error has changed nothing: no pin, slot, unit
+// or sequence is left half-done. The exceptions are named where they
+// apply: ErrPolicy (the cache is unusable), a Mover that panicked
+// (ErrCopyFailed: the units it may have written are dropped), and the
+// commit with which Append and Fork begin, which stays.
 var (
 	// ErrInvalidConfig reports a Config that New cannot use: a missing
 	// layout, a bad capacity, a policy factory that failed, an invalid cost
@@ -27,7 +30,11 @@ var (
 	// operation needs because every other unit is pinned.
 	ErrNoSpace = errors.New("kvcache: no space")
 	// ErrCopyFailed wraps the error a Mover returned; the operation was
-	// rolled back.
+	// rolled back. When the Mover panicked instead, the error wraps the
+	// panic (*PanicError): the operation was rolled back too, but since the
+	// batch's writes are unknown, the units left in the slots it would
+	// have written (victims given their slots back) are dropped and counted
+	// in TierStats.Lost. The cache is not poisoned.
 	ErrCopyFailed = errors.New("kvcache: copy failed")
 	// ErrReentrant reports a call made from a callback the cache runs
 	// with its lock held (an eviction policy, the Mover, the cost model's
@@ -47,15 +54,21 @@ var (
 	// Insert returned an error for a unit the cache had to place (the
 	// cache only inserts valid entries of keys the policy does not track,
 	// see PolicyFactory), or its Evict returned a key that is not an
-	// evictable unit of its arena, or none while the GPU arena had
-	// evictable units. Without the policy the cache cannot keep its
+	// evictable unit of its arena (pinned on the GPU or by the running
+	// operation on the CPU, of another arena, of a forgotten block,
+	// garbage), or none while the arena had evictable units; or a policy,
+	// or the cost model's weight function, that panicked (the error then
+	// wraps a *PanicError). Without the policy the cache cannot keep its
 	// accounting exact, so it is poisoned: the call that met the breach
-	// and every later Acquire, Admit, Append, Fork, Truncate, SparseAccess,
-	// Release and Clear return the same error, which wraps ErrPolicy (and
-	// the error Insert returned) and names the policy's tier, pool and
-	// unit. The call that met it may be half-done: a victim the
-	// policy refused to take back is dropped, a block a sequence adopted
-	// may lack a unit. Slots stay accounted for (Stats adds up) and the
-	// read-only methods still answer; build a new Cache to go on.
+	// and every later Acquire, Admit, Append, Commit, Fork, Truncate,
+	// SparseAccess, Release, Abort and Clear return the same error, which
+	// wraps ErrPolicy (and the error Insert returned, or the panic) and
+	// names the policy's tier, pool and unit. A breach met before the
+	// operation's copies is rolled back; one met later (during its commit,
+	// or in Release) leaves the operation done. Either way the cache's own
+	// accounting stays exact (Stats adds up, no pin leaks, a panicking
+	// policy is never called again) and no slot whose bytes may be wrong
+	// is served; the read-only methods still answer. Build a new Cache to
+	// go on.
 	ErrPolicy = errors.New("kvcache: policy broke its contract")
 )

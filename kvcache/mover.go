@@ -26,7 +26,12 @@ type Copy struct {
 //     the operation back and the sources, which it still considers valid,
 //     must be intact.
 //   - The cache calls Copy with its lock held and never concurrently; the
-//     batch slice is only valid during the call.
+//     batch slice is only valid during the call. Copy may call Stats and
+//     the configuration getters of the cache; any other method returns
+//     ErrReentrant.
+//   - A panic is recovered and fails the operation with ErrCopyFailed (see
+//     there): since the batch's writes are then unknown, the units left in
+//     its destination slots after the rollback are dropped.
 type Mover interface {
 	Copy(batch []Copy) error
 }

@@ -93,7 +93,9 @@ func requirePoisoned(t *testing.T, c *Cache, live SeqID) {
 	check(err)
 	var res SparseResult
 	check(c.SparseAccess(live, 0, make([][]int64, 4), &res))
+	check(c.Commit(live, 0))
 	check(c.Release(live))
+	check(c.Abort(live))
 	check(c.Clear())
 	_ = c.Stats()
 	_, err = c.Len(live)
