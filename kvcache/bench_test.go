@@ -26,11 +26,11 @@ func seedPaged(b *testing.B, blockTokens int) *layout.Layout {
 	return l
 }
 
-// BenchmarkAcquireRelease90 acquires and releases 1024-token prompts (seed
-// model, paged, 16-token blocks: 64 blocks × 28 layers = 1792 units) of
-// which the first 90% is a shared prefix and the rest new, so every
-// iteration hits 57 blocks, computes 7 and, in steady state, evicts 7.
-// Metadata only (no Mover).
+// BenchmarkAcquireRelease90 acquires, commits and releases 1024-token
+// prompts (seed model, paged, 16-token blocks: 64 blocks × 28 layers = 1792
+// units) of which the first 90% is a shared prefix and the rest new, so
+// every iteration hits 57 blocks, computes 7 and, in steady state, evicts
+// 7. Metadata only (no Mover).
 func BenchmarkAcquireRelease90(b *testing.B) {
 	l := seedPaged(b, 16)
 	c, err := New(Config{Layout: l, GPU: Capacity{Units: 28 * 64 * 8}})
@@ -51,6 +51,9 @@ func BenchmarkAcquireRelease90(b *testing.B) {
 		}
 		p, err := c.Acquire(Request{Tokens: prompt})
 		if err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Commit(p.Seq, p.Tokens); err != nil { // the prefill ran
 			b.Fatal(err)
 		}
 		if err := c.Release(p.Seq); err != nil {
@@ -229,6 +232,9 @@ func metadataPerUnit(b *testing.B, l *layout.Layout, blocks, units int) float64 
 		}
 		p, err := c.Acquire(Request{Tokens: prompt})
 		if err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Commit(p.Seq, p.Tokens); err != nil {
 			b.Fatal(err)
 		}
 		if err := c.Release(p.Seq); err != nil {

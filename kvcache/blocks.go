@@ -105,8 +105,11 @@ func (c *Cache) freeBlock(b int32) {
 }
 
 // unit returns the id of slice s of block b.
-func (c *Cache) unit(b int32, s int) UnitID {
-	return UnitID(c.blocks[b].gen)<<c.ids.genShift | UnitID(b)<<c.sliceShift | UnitID(s)
+func (c *Cache) unit(b int32, s int) UnitID { return c.units(b) | UnitID(s) }
+
+// units returns the id of slice 0 of block b; slice s's is units(b) | s.
+func (c *Cache) units(b int32) UnitID {
+	return UnitID(c.blocks[b].gen)<<c.ids.genShift | UnitID(b)<<c.sliceShift
 }
 
 // ix returns the index of unit u in the unit tables (uTier, uSlot, uPins):

@@ -87,8 +87,9 @@ func (c *Cache) queuePinDiff(oldBlocks, oldLo []int32, oldHi int, newBlocks, new
 			if in(newBlocks, newLo, newHi, p, i) && oldBlocks[i] == newBlocks[i] {
 				continue
 			}
+			base := c.units(oldBlocks[i])
 			for _, sl := range c.pools[p].slices {
-				t.unpins = append(t.unpins, c.unit(oldBlocks[i], sl))
+				t.unpins = append(t.unpins, base|UnitID(sl))
 			}
 		}
 	}
@@ -104,12 +105,13 @@ func (c *Cache) queuePinDiff(oldBlocks, oldLo []int32, oldHi int, newBlocks, new
 				continue
 			}
 			b := newBlocks[i]
+			base := c.units(b)
 			for _, sl := range c.pools[p].slices {
 				var a action
 				if b == cowDst {
-					a = c.addCopyNeed(c.unit(b, sl), c.unit(cowSrc, sl))
+					a = c.addCopyNeed(base|UnitID(sl), c.unit(cowSrc, sl))
 				} else {
-					a = c.addNeed(c.unit(b, sl))
+					a = c.addNeed(base | UnitID(sl))
 				}
 				fresh = fresh || a == actFresh
 			}

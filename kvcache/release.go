@@ -40,13 +40,13 @@ func (c *Cache) end(s *sequence) {
 	c.tx.reset()
 	us := c.tx.unpins
 	for i := len(s.blocks) - 1; i >= 0; i-- {
-		b := s.blocks[i]
+		base := c.units(s.blocks[i])
 		for p := range c.pools {
 			if i < int(s.pinLo[p]) || i >= s.pinHi {
 				continue
 			}
 			for _, sl := range c.pools[p].slices {
-				us = append(us, c.unit(b, sl))
+				us = append(us, base|UnitID(sl))
 			}
 		}
 	}

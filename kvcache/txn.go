@@ -45,9 +45,12 @@ const (
 // need is one unit an operation wants pinned on the GPU.
 type need struct {
 	u    UnitID
-	act  action
 	src  UnitID // actCopy: the unit copied
 	slot int32  // the GPU slot, once allocated (actHit: its current slot)
+	act  action
+	// pinned says whether the need's GPU unit (a hit, or a copy source on
+	// the GPU) had no pin before the transaction: the policy is told.
+	pinned bool
 }
 
 type undoKind uint8
@@ -161,19 +164,7 @@ func (c *Cache) runTxn() error {
 	// Stage the GPU pin changes on the counts alone: the capacity check
 	// needs them, and a request that does not fit must fail before any
 	// policy has been told anything.
-	for _, u := range t.unpins {
-		c.stagePin(u, -1)
-	}
-	for i := range t.needs {
-		n := &t.needs[i]
-		switch {
-		case n.act == actHit:
-			c.stagePin(n.u, 1)
-		case n.act == actCopy && c.uTier[c.ix(n.src)] == GPU:
-			c.stagePin(n.src, 1)
-		}
-	}
-	if err := c.checkCapacity(); err != nil {
+	if err := c.stage(); err != nil {
 		c.unstagePins()
 		t.reset()
 		return err
@@ -183,18 +174,17 @@ func (c *Cache) runTxn() error {
 		t.log(undoUnpin, GPU, 0, 0, u)
 	}
 	for _, x := range t.crossings {
-		a := c.gpu[c.poolOfUnit(x.u)]
-		if x.up {
-			a.pin(x.u)
-		} else {
-			a.unpin(x.u)
-		}
+		// The unpins that made a unit evictable, in order.
+		c.gpu[c.poolOfUnit(x.u)].unpin(x.u)
 	}
 	for i := range t.needs {
 		n := &t.needs[i]
 		p := c.poolOfUnit(n.u)
 		switch n.act {
 		case actHit:
+			if n.pinned {
+				c.gpu[p].pin(n.u)
+			}
 			t.log(undoPin, GPU, p, 0, n.u)
 		case actOnboard, actRecompute:
 			// Pinned so that no CPU eviction of this operation picks it;
@@ -204,6 +194,9 @@ func (c *Cache) runTxn() error {
 		case actCopy:
 			switch c.uTier[c.ix(n.src)] {
 			case GPU:
+				if n.pinned {
+					c.gpu[p].pin(n.src)
+				}
 				t.log(undoPin, GPU, p, 0, n.src)
 				t.tempGPU = append(t.tempGPU, n.src)
 			case CPU:
@@ -254,26 +247,67 @@ func (c *Cache) runTxn() error {
 	return nil
 }
 
-// crossing is a GPU pin count of the running transaction that crossed zero:
-// up when the unit became pinned, down when it became evictable.
+// crossing is a unit of an unpin of the running transaction whose GPU pin
+// count fell to zero: the policy is told it is evictable.
 type crossing struct {
-	u  UnitID
-	up bool
+	u UnitID
 }
 
-// stagePin adds delta to u's GPU pin count without telling the policy, and
-// records the change when the count crosses zero.
-func (c *Cache) stagePin(u UnitID, delta int32) {
-	i := c.ix(u)
-	before := c.uPins[i]
-	c.uPins[i] += delta
-	if (before == 0) != (c.uPins[i] == 0) {
-		c.tx.crossings = append(c.tx.crossings, crossing{u: u, up: before == 0})
+// stage applies the transaction's GPU pin changes to the pin counts only
+// (unpins, then the needs' hits and copy sources), marking the needs whose
+// unit becomes pinned (need.pinned) and recording the unpins that make a
+// unit evictable (crossings), and checks that every GPU pool can supply the
+// slots the needs take: its free slots plus its evictable units once the
+// pins apply. It returns an error wrapping ErrNoSpace otherwise; the caller
+// then undoes the counts (unstagePins).
+func (c *Cache) stage() error {
+	t := &c.tx
+	if cap(t.perPool) < 2*len(c.pools) {
+		t.perPool = make([]int, 2*len(c.pools))
 	}
+	t.perPool = t.perPool[:2*len(c.pools)]
+	clear(t.perPool)
+	need, gained := t.perPool[:len(c.pools)], t.perPool[len(c.pools):]
+	for _, u := range t.unpins {
+		i := c.ix(u)
+		c.uPins[i]--
+		if c.uPins[i] == 0 {
+			t.crossings = append(t.crossings, crossing{u: u})
+			gained[c.poolOfUnit(u)]--
+		}
+	}
+	for k := range t.needs {
+		n := &t.needs[k]
+		p := c.poolOfUnit(n.u)
+		var u UnitID
+		switch {
+		case n.act == actHit:
+			u = n.u
+		case n.act == actCopy && c.uTier[c.ix(n.src)] == GPU:
+			u = n.src
+			need[p]++
+		default:
+			need[p]++
+			continue
+		}
+		i := c.ix(u)
+		n.pinned = c.uPins[i] == 0
+		if n.pinned {
+			gained[p]++
+		}
+		c.uPins[i]++
+	}
+	for p := range c.pools {
+		// A unit that becomes pinned is one evictable unit fewer.
+		if a := c.gpu[p].available() - gained[p]; need[p] > a {
+			return fmt.Errorf("%w: GPU pool %d needs %d slots, %d free or evictable", ErrNoSpace, p, need[p], a)
+		}
+	}
+	return nil
 }
 
-// unstagePins undoes the staged pin changes of a transaction that did not
-// start (ErrNoSpace).
+// unstagePins undoes the pin counts stage changed (a transaction that did
+// not start).
 func (c *Cache) unstagePins() {
 	t := &c.tx
 	for i := range t.needs {
@@ -288,54 +322,6 @@ func (c *Cache) unstagePins() {
 	for _, u := range t.unpins {
 		c.uPins[c.ix(u)]++
 	}
-}
-
-// checkCapacity checks that every GPU pool can supply the slots the staged
-// transaction needs: its free slots plus its evictable units once the
-// staged pins apply.
-func (c *Cache) checkCapacity() error {
-	t := &c.tx
-	if cap(t.perPool) < len(c.pools) {
-		t.perPool = make([]int, len(c.pools))
-	}
-	t.perPool = t.perPool[:len(c.pools)]
-	clear(t.perPool)
-	for _, x := range t.crossings {
-		// A unit that becomes pinned is one evictable unit fewer.
-		if x.up {
-			t.perPool[c.poolOfUnit(x.u)]++
-		} else {
-			t.perPool[c.poolOfUnit(x.u)]--
-		}
-	}
-	for i := range t.needs {
-		if t.needs[i].act != actHit {
-			t.perPool[c.poolOfUnit(t.needs[i].u)]++
-		}
-	}
-	for p, k := range t.perPool {
-		if a := c.gpu[p].available(); k > a {
-			return fmt.Errorf("%w: GPU pool %d needs %d slots, %d free or evictable", ErrNoSpace, p, k-c.pinsGained(p), a-c.pinsGained(p))
-		}
-	}
-	return nil
-}
-
-// pinsGained is the net number of units of GPU pool p that the staged
-// transaction pins (evictable units it takes away from eviction).
-func (c *Cache) pinsGained(p int) int {
-	n := 0
-	for _, x := range c.tx.crossings {
-		if c.poolOfUnit(x.u) != p {
-			continue
-		}
-		if x.up {
-			n++
-		} else {
-			n--
-		}
-	}
-	return n
 }
 
 // beginPolicies starts a transaction in every policy that can roll back.
