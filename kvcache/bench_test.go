@@ -192,7 +192,7 @@ func BenchmarkOffloadCopy(b *testing.B) {
 // BenchmarkMetadataPerUnit measures the heap the cache keeps per resident
 // unit (unit tables, slot arenas, LRU policy, block records and radix nodes)
 // with every GPU slot holding a cached unit, reported as B/unit. It is a
-// measurement, not a test: DESIGN.md's target (at most 128 bytes) is compared
+// measurement, not a test: the target (at most 128 bytes) is compared
 // in BENCHMARKS.md. Two layouts of the seed model bracket it: paged per layer
 // (28 units share each block's radix node) and all layers (one unit per
 // block pays the whole node).

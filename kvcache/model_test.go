@@ -20,7 +20,7 @@ import (
 // server (it writes each computed token's KV into the slots the plans give,
 // as bytes derived from the token's whole prefix, namespace, LoRA, slice and
 // offset), and after every step checks the cache against a simple reference
-// (per sequence: keys and tokens) and the invariants of DESIGN.md:
+// (per sequence: keys and tokens) and the cache's invariants:
 //
 //   - the internal accounting (checkInvariants): every slot free, pinned or
 //     cached-evictable, counts adding up, pins equal to what sequences hold;

@@ -7,7 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// These tests reproduce the "Reference results" of DESIGN.md. Every number
+// These tests reproduce the reference results the project holds itself to
+// (the sizes and traffic published for the models below). Every number
 // is computed through the package's API; the constants in the assertions
 // are the published figures.
 
