@@ -119,9 +119,6 @@ func (c *Cache) ix(u UnitID) UnitID { return u & c.ids.indexMask }
 // blockOf returns the block of unit u.
 func (c *Cache) blockOf(u UnitID) int32 { return int32(c.ix(u) >> c.sliceShift) }
 
-// genOf returns the generation of unit u.
-func (c *Cache) genOf(u UnitID) uint32 { return uint32(u >> c.ids.genShift) }
-
 // sliceOf returns the slice of unit u.
 func (c *Cache) sliceOf(u UnitID) int { return int(u & (1<<c.sliceShift - 1)) }
 

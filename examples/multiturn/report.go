@@ -177,14 +177,6 @@ func explain(rep *report, rows []result) []string {
 	return out
 }
 
-// ifOther returns s when r is not the baseline b.
-func ifOther(r, b result, s string) string {
-	if r.Policy == b.Policy {
-		return ""
-	}
-	return s
-}
-
 // change says "12.3% lower" (a against b, down naming a decrease); it is
 // only called with a <= b, b > 0 or a == b.
 func change(a, b float64, down string) string {
