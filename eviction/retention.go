@@ -153,9 +153,11 @@ type costGroup struct {
 // NewRetention returns an empty retention policy that reads time from clock
 // and prices keys with cost. A nil clock means a [SystemClock] created
 // now, as for the other policies. It returns an error wrapping
-// [ErrInvalidConfig] (and the costmodel error) when cost has a negative or
-// non-finite coefficient. Weight functions are checked key by key: a bad
-// weight makes Insert fail with [ErrInvalidEntry].
+// [ErrInvalidConfig] (and the costmodel error) when cost fails
+// [costmodel.Recompute.Validate]: a negative or non-finite coefficient, or a
+// weight function that returns a bad weight (or panics) at one of the points
+// Validate probes. A weight function that is bad only elsewhere makes the
+// Insert of a key priced there fail with [ErrInvalidEntry].
 func NewRetention[K comparable](clock Clock, cost costmodel.Recompute) (*Retention[K], error) {
 	if err := cost.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: recompute cost model: %w", ErrInvalidConfig, err)

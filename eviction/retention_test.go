@@ -27,7 +27,12 @@ func (tb *costTable) model() costmodel.Recompute {
 	return costmodel.Recompute{
 		Beta:           1,
 		LayerWeight:    costmodel.Flat,
-		PositionWeight: func(i, _ int) float64 { return tb.costs[i] },
+		PositionWeight: func(i, _ int) float64 {
+			if i >= len(tb.costs) {
+				return 1 // an index no entry uses yet, such as Validate's probe
+			}
+			return tb.costs[i]
+		},
 	}
 }
 
