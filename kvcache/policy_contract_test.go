@@ -222,6 +222,22 @@ func TestPolicyRefusesMerge(t *testing.T) {
 	}
 }
 
+// tierPolicy returns a factory of LRU policies, each wrapped by wrap, and a
+// function that returns the one built for tier.
+func tierPolicy[P eviction.Policy[UnitID]](tier Tier, wrap func(eviction.Policy[UnitID]) P) (PolicyFactory, func() P) {
+	var got P
+	return func(info PoolInfo) (eviction.Policy[UnitID], error) {
+		p := wrap(eviction.NewLRU[UnitID]())
+		if info.Tier == tier {
+			got = p
+		}
+		return p, nil
+	}, func() P { return got }
+}
+
+// newLying wraps p in a lyingPolicy.
+func newLying(p eviction.Policy[UnitID]) *lyingPolicy { return &lyingPolicy{Policy: p} }
+
 // lyingPolicy is an LRU whose Evict, once armed, returns lie instead of a
 // victim (without evicting anything), or reports no victim when none is set.
 type lyingPolicy struct {
@@ -258,14 +274,7 @@ func TestPolicyEvictsWhatItMustNot(t *testing.T) {
 			m := layout.Model{Name: "tiny3", Layers: 3, QueryHeads: 4, KVHeads: 2, HeadDim: 2, ElemBytes: 1}
 			l, err := layout.New(m, layout.PagedLayer, 4)
 			require.NoError(t, err)
-			var gp *lyingPolicy
-			factory := func(info PoolInfo) (eviction.Policy[UnitID], error) {
-				p := &lyingPolicy{Policy: eviction.NewLRU[UnitID]()}
-				if info.Tier == GPU {
-					gp = p
-				}
-				return p, nil
-			}
+			factory, lying := tierPolicy(GPU, newLying)
 			c, err := New(Config{Layout: l, GPU: Capacity{Units: 6}, CPU: Capacity{Units: 6}, GPUPolicy: factory})
 			require.NoError(t, err)
 			// One block offloaded to the CPU, one pinned, one cached.
@@ -288,6 +297,7 @@ func TestPolicyEvictsWhatItMustNot(t *testing.T) {
 			}
 			c.mu.Unlock()
 			require.Equal(t, int64(3), c.Stats().CPU.Cached)
+			gp := lying()
 			gp.lie = func() (UnitID, bool) { return lie(c, pinned, cpu) }
 			gp.armed = true
 			before := c.Stats()
@@ -343,14 +353,7 @@ func TestCPUPolicyEvictsAPinnedUnit(t *testing.T) {
 	gpu, cpu := Capacity{Units: 4}, Capacity{Units: 4}
 	store, err := NewMemoryStore(l, gpu, cpu)
 	require.NoError(t, err)
-	var cp *lyingPolicy
-	factory := func(info PoolInfo) (eviction.Policy[UnitID], error) {
-		p := &lyingPolicy{Policy: eviction.NewLRU[UnitID]()}
-		if info.Tier == CPU {
-			cp = p
-		}
-		return p, nil
-	}
+	factory, lying := tierPolicy(CPU, newLying)
 	c, err := New(Config{Layout: l, GPU: gpu, CPU: cpu, GPUPolicy: factory, CPUPolicy: factory, Mover: store})
 	require.NoError(t, err)
 	x := seqTokens(4, 0)
@@ -368,6 +371,7 @@ func TestCPUPolicyEvictsAPinnedUnit(t *testing.T) {
 	onboarding := c.unit(nodes[0].Value, 0)
 	require.Equal(t, CPU, c.uTier[c.ix(onboarding)])
 	c.mu.Unlock()
+	cp := lying()
 	cp.lie = func() (UnitID, bool) { return onboarding, true }
 	cp.armed = true
 	before := c.Stats()

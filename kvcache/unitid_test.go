@@ -68,14 +68,7 @@ func TestUnitIDNamesOneBlock(t *testing.T) {
 // block.
 func TestUnitIDOfAFreedBlockIsStale(t *testing.T) {
 	l := tinyLayout(t, layout.AllLayers, nil)
-	var gp *lyingPolicy
-	factory := func(info PoolInfo) (eviction.Policy[UnitID], error) {
-		p := &lyingPolicy{Policy: eviction.NewLRU[UnitID]()}
-		if info.Tier == GPU {
-			gp = p
-		}
-		return p, nil
-	}
+	factory, lying := tierPolicy(GPU, newLying)
 	c, err := New(Config{Layout: l, GPU: Capacity{Units: 2}, GPUPolicy: factory})
 	require.NoError(t, err)
 	a, err := c.Acquire(Request{Tokens: seqTokens(4, 0)})
@@ -93,6 +86,7 @@ func TestUnitIDOfAFreedBlockIsStale(t *testing.T) {
 	c.mu.Unlock()
 	_, err = c.Acquire(Request{Tokens: seqTokens(4, 200)})
 	require.NoError(t, err)
+	gp := lying()
 	gp.lie = func() (UnitID, bool) { return old, true }
 	gp.armed = true
 	before := c.Stats()
