@@ -71,6 +71,10 @@
 // a pinned key keeps its history (recency, frequency, priority, last use).
 // A policy whose Access of a pinned key changes nothing may say so by
 // implementing PinnedAccessIgnorer, so that an owner that reports hits on
-// keys it has just pinned can skip those calls.
+// keys it has just pinned can skip those calls. Every policy here also
+// implements Transactional: an owner whose operation fails after it told
+// the policy of pins and took victims (a kvcache transaction whose copies
+// failed) rolls the policy back exactly, instead of compensating with calls
+// that a recency policy would take as uses.
 // Measured costs are in BENCHMARKS.md at the repository root.
 package eviction

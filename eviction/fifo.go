@@ -36,6 +36,7 @@ type FIFO[K comparable] struct {
 	// insertion number.
 	reclaimed stampHeap
 	nextSeq   uint64 // below 2^63 for 292 years of one insert per ns
+	txSeq     uint64 // nextSeq at Begin
 }
 
 // fifoMeta is FIFO's per-key data: the insertion number (the queue's
@@ -117,7 +118,7 @@ func (p *FIFO[K]) Pin(k K) {
 	if !ok || p.slab.nodes[i].meta.pinned() {
 		return
 	}
-	p.slab.nodes[i].meta |= fifoPinned
+	*p.slab.meta(i) |= fifoPinned
 	// A reclaimed key goes back to being parked; a queued one stays put.
 	p.reclaimed.remove(i)
 }
@@ -129,10 +130,10 @@ func (p *FIFO[K]) Unpin(k K) {
 	if !ok || !p.slab.nodes[i].meta.pinned() {
 		return
 	}
-	n := &p.slab.nodes[i]
-	n.meta &^= fifoPinned
+	m := p.slab.meta(i)
+	*m &^= fifoPinned
 	if !p.slab.linked(i) {
-		p.reclaimed.push(i, 0, n.meta.seq())
+		p.reclaimed.push(i, 0, m.seq())
 	}
 }
 

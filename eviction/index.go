@@ -50,6 +50,8 @@ type Index[K comparable] interface {
 type keyIndex[K comparable] struct {
 	m     map[K]int32 // nil when other is set
 	other Index[K]
+	// tx journals the bindings written while a transaction runs.
+	tx keyJournal[K]
 }
 
 // newKeyIndex returns the map index when idx is nil, else claims idx.
@@ -76,6 +78,7 @@ func (x *keyIndex[K]) lookup(k K) (i int32, ok bool) {
 }
 
 func (x *keyIndex[K]) store(k K, i int32) error {
+	x.saveKey(k)
 	if x.other != nil {
 		return x.other.store(k, i)
 	}
@@ -84,6 +87,7 @@ func (x *keyIndex[K]) store(k K, i int32) error {
 }
 
 func (x *keyIndex[K]) delete(k K) {
+	x.saveKey(k)
 	if x.other != nil {
 		x.other.delete(k)
 		return

@@ -35,6 +35,9 @@ type linkedSlab[K comparable, M any] struct {
 	nodes []linkedNode[K, M]
 	free  int32 // first free node, chained through next; noLink when none
 	heads int32
+	// tx journals the nodes written while a transaction runs (see
+	// Transactional): every write to a node is preceded by save.
+	tx slabJournal[K, M]
 }
 
 // init creates heads empty lists.
@@ -53,6 +56,7 @@ func (s *linkedSlab[K, M]) init(heads int) {
 func (s *linkedSlab[K, M]) alloc(k K, m M) (int32, error) {
 	if s.free != noLink {
 		i := s.free
+		s.save(i)
 		n := &s.nodes[i]
 		s.free = n.next
 		n.key, n.meta, n.prev, n.next = k, m, noLink, noLink
@@ -70,6 +74,7 @@ func (s *linkedSlab[K, M]) alloc(k K, m M) (int32, error) {
 func (s *linkedSlab[K, M]) release(i int32) {
 	var zk K
 	var zm M
+	s.save(i)
 	n := &s.nodes[i]
 	n.key, n.meta, n.prev, n.next = zk, zm, noLink, s.free
 	s.free = i
@@ -83,6 +88,11 @@ func (s *linkedSlab[K, M]) linked(i int32) bool {
 // pushBack appends detached node i to the list of sentinel head.
 func (s *linkedSlab[K, M]) pushBack(head, i int32) {
 	last := s.nodes[head].prev
+	if s.tx.on {
+		s.save(i)
+		s.save(last)
+		s.save(head)
+	}
 	s.nodes[i].prev = last
 	s.nodes[i].next = head
 	s.nodes[last].next = i
@@ -91,6 +101,11 @@ func (s *linkedSlab[K, M]) pushBack(head, i int32) {
 
 // unlink detaches node i from its list.
 func (s *linkedSlab[K, M]) unlink(i int32) {
+	if s.tx.on {
+		s.save(i)
+		s.save(s.nodes[i].prev)
+		s.save(s.nodes[i].next)
+	}
 	n := &s.nodes[i]
 	s.nodes[n.prev].next = n.next
 	s.nodes[n.next].prev = n.prev

@@ -75,6 +75,16 @@ type PrioritizedLRU[K comparable] struct {
 	// Access and Evict touch 24-byte nodes, and it only grows as far as the
 	// highest node that ever had a duration (not at all when none does).
 	durations []time.Duration
+
+	// tx holds what Begin saved; txDurations journals durations.
+	tx          prioritizedScalars
+	txDurations sliceJournal[time.Duration]
+}
+
+// prioritizedScalars are the fields of a PrioritizedLRU that Begin saves.
+type prioritizedScalars struct {
+	nonEmpty [2]uint64
+	timers   uint64
 }
 
 // prioritizedMeta is PrioritizedLRU's per-key data kept in the node.
@@ -171,7 +181,7 @@ func (p *PrioritizedLRU[K]) Pin(k K) {
 	// A priority that ran out before the pin has fallen back for good.
 	p.expire()
 	p.detach(i)
-	p.slab.nodes[i].meta.pinned = true
+	p.slab.meta(i).pinned = true
 }
 
 // Unpin makes a pinned k evictable again as the most recently used key of
@@ -182,7 +192,7 @@ func (p *PrioritizedLRU[K]) Unpin(k K) {
 	if !ok || !p.slab.nodes[i].meta.pinned {
 		return
 	}
-	p.slab.nodes[i].meta.pinned = false
+	p.slab.meta(i).pinned = false
 	p.expire()
 	p.release(i)
 }
@@ -272,6 +282,7 @@ func (p *PrioritizedLRU[K]) setDuration(i int32, d time.Duration) {
 		}
 		p.durations = append(p.durations, make([]time.Duration, int(i)+1-len(p.durations))...)
 	}
+	p.txDurations.save(p.durations, int(i))
 	p.durations[i] = d
 }
 
@@ -285,7 +296,7 @@ func (p *PrioritizedLRU[K]) expire() {
 	for p.expiring.len() > 0 && p.expiring.min().at <= now {
 		i := p.expiring.min().node
 		p.detach(i) // also pops it from the heap
-		p.slab.nodes[i].meta.level = DefaultPriority - MinPriority
+		p.slab.meta(i).level = DefaultPriority - MinPriority
 		p.setDuration(i, 0)
 		p.release(i)
 	}

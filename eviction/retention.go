@@ -125,6 +125,10 @@ type Retention[K comparable] struct {
 	byCost     map[uint64]int32 // cost bits -> group
 	zeroGroup  int32            // the group of cost 0, or -1
 	tree       tournament       // over the groups of positive cost
+
+	// tx journals a transaction (see Transactional): the writes to keys
+	// and groups, the free group stack, the two maps and the scalars.
+	tx retentionJournal[K]
 }
 
 var (
@@ -222,7 +226,8 @@ func (r *Retention[K]) Insert(k K, e Entry) error {
 	now := r.tick()
 	g := r.groupFor(c, now)
 	i := r.allocKey(k, g)
-	r.index[k] = i
+	r.setIndex(k, i)
+	r.saveGroup(g)
 	r.groups[g].tracked++
 	r.stamp(i, now)
 	r.pushBack(g, i, now)
@@ -262,6 +267,7 @@ func (r *Retention[K]) Pin(k K) {
 	}
 	now := r.tick()
 	r.detach(i, now)
+	r.saveKey(i)
 	r.keys[i].pinned = true
 }
 
@@ -273,6 +279,7 @@ func (r *Retention[K]) Unpin(k K) {
 		return
 	}
 	now := r.tick()
+	r.saveKey(i)
 	r.keys[i].pinned = false
 	r.stamp(i, now)
 	r.pushBack(r.keys[i].group, i, now)
@@ -288,7 +295,7 @@ func (r *Retention[K]) Remove(k K) {
 	if !r.keys[i].pinned {
 		r.detach(i, now)
 	}
-	delete(r.index, k)
+	r.delIndex(k)
 	r.dropKey(i)
 }
 
@@ -307,7 +314,7 @@ func (r *Retention[K]) Evict() (K, bool) {
 	i := r.groups[g].head
 	k := r.keys[i].key
 	r.detach(i, now)
-	delete(r.index, k)
+	r.delIndex(k)
 	r.dropKey(i)
 	return k, true
 }
@@ -315,6 +322,7 @@ func (r *Retention[K]) Evict() (K, bool) {
 // stamp records a use of key i at time now.
 func (r *Retention[K]) stamp(i int32, now int64) {
 	r.seq++
+	r.saveKey(i)
 	r.keys[i].t, r.keys[i].seq = now, r.seq
 }
 
@@ -338,6 +346,11 @@ func (r *Retention[K]) detach(i int32, now int64) {
 
 // link appends key i at the tail of its group's list.
 func (r *Retention[K]) link(i int32) {
+	r.saveKey(i)
+	r.saveGroup(r.keys[i].group)
+	if t := r.groups[r.keys[i].group].tail; t >= 0 {
+		r.saveKey(t)
+	}
 	n := &r.keys[i]
 	g := &r.groups[n.group]
 	n.prev, n.next = g.tail, -1
@@ -351,6 +364,16 @@ func (r *Retention[K]) link(i int32) {
 
 // unlink takes key i off its group's list.
 func (r *Retention[K]) unlink(i int32) {
+	if r.tx.on {
+		r.saveKey(i)
+		r.saveGroup(r.keys[i].group)
+		if p := r.keys[i].prev; p >= 0 {
+			r.saveKey(p)
+		}
+		if nx := r.keys[i].next; nx >= 0 {
+			r.saveKey(nx)
+		}
+	}
 	n := &r.keys[i]
 	g := &r.groups[n.group]
 	if n.prev >= 0 {
@@ -393,14 +416,15 @@ func (r *Retention[K]) groupFor(c float64, now int64) int32 {
 	var g int32
 	if n := len(r.freeGroups); n > 0 {
 		g = r.freeGroups[n-1]
-		r.freeGroups = r.freeGroups[:n-1]
+		r.popFreeGroup()
 	} else {
 		g = int32(len(r.groups))
 		r.groups = append(r.groups, costGroup{})
 		r.tree.grow(len(r.groups), now)
 	}
+	r.saveGroup(g)
 	r.groups[g] = costGroup{cost: c, head: -1, tail: -1}
-	r.byCost[bits] = g
+	r.setCost(bits, g)
 	if c == 0 {
 		r.zeroGroup = g
 	}
@@ -412,6 +436,7 @@ func (r *Retention[K]) allocKey(k K, g int32) int32 {
 	n := retentionKey[K]{key: k, prev: -1, next: -1, group: g}
 	if i := r.free; i >= 0 {
 		r.free = r.keys[i].next
+		r.saveKey(i)
 		r.keys[i] = n
 		return i
 	}
@@ -423,19 +448,21 @@ func (r *Retention[K]) allocKey(k K, g int32) int32 {
 // cost, the cost's group.
 func (r *Retention[K]) dropKey(i int32) {
 	g := r.keys[i].group
+	r.saveKey(i)
 	r.keys[i] = retentionKey[K]{prev: -1, next: r.free, group: -1}
 	r.free = i
+	r.saveGroup(g)
 	grp := &r.groups[g]
 	if grp.tracked--; grp.tracked > 0 {
 		return
 	}
 	// The list is empty (every key is gone), so the tournament leaf is
 	// already clear.
-	delete(r.byCost, math.Float64bits(grp.cost))
+	r.delCost(math.Float64bits(grp.cost))
 	if g == r.zeroGroup {
 		r.zeroGroup = -1
 	}
-	r.freeGroups = append(r.freeGroups, g)
+	r.pushFreeGroup(g)
 }
 
 // IgnoresPinnedAccess returns true: the use an Access records on a pinned key is overwritten by the Unpin that makes the key evictable again. See [PinnedAccessIgnorer].

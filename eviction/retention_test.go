@@ -25,8 +25,8 @@ const tableChunks = 1 << 30
 
 func (tb *costTable) model() costmodel.Recompute {
 	return costmodel.Recompute{
-		Beta:           1,
-		LayerWeight:    costmodel.Flat,
+		Beta:        1,
+		LayerWeight: costmodel.Flat,
 		PositionWeight: func(i, _ int) float64 {
 			if i >= len(tb.costs) {
 				return 1 // an index no entry uses yet, such as Validate's probe

@@ -306,3 +306,22 @@ func (tr *tournament) grow(n int, now int64) {
 		tr.pull(i, now)
 	}
 }
+
+// rebuild recomputes the whole tree at time now from the candidates of
+// leaves 0..n-1 that leaf reports (false: none); leaves past n are cleared.
+func (tr *tournament) rebuild(n int, leaf func(j int) (candidate, bool), now int64) {
+	tr.grow(n, now)
+	for j := range tr.size {
+		node := emptyTournamentNode
+		if j < n {
+			if c, ok := leaf(j); ok {
+				node = tournamentNode{candidate: c, melt: neverTime}
+			}
+		}
+		tr.nodes[tr.size+j] = node
+	}
+	tr.dirty = -1
+	for i := tr.size - 1; i >= 1; i-- {
+		tr.pull(i, now)
+	}
+}

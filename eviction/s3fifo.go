@@ -166,6 +166,20 @@ type S3FIFO[K comparable] struct {
 	// hash probe less per miss in a replay.
 	absent      K
 	absentValid bool
+
+	// tx holds what Begin saved.
+	tx s3Scalars[K]
+}
+
+// s3Scalars are the fields of an S3FIFO that Begin saves.
+type s3Scalars[K comparable] struct {
+	bytes       [s3Lists]int64
+	count       [s3Lists]int
+	tracked     int
+	hasEvicted  bool
+	claimed     int32
+	absent      K
+	absentValid bool
 }
 
 var _ Policy[int] = (*S3FIFO[int])(nil)
@@ -240,8 +254,7 @@ func (p *S3FIFO[K]) Insert(k K, e Entry) error {
 	}
 	p.forgetAbsent()
 	if ok {
-		n := &p.slab.nodes[i]
-		switch n.meta.queue {
+		switch p.slab.nodes[i].meta.queue {
 		case s3Ghost:
 			p.detach(i)
 		case s3Claimed:
@@ -250,7 +263,7 @@ func (p *S3FIFO[K]) Insert(k K, e Entry) error {
 			return trackedKeyError(k)
 		}
 		p.dropClaim()
-		n.meta = s3Meta{size: e.Size, queue: s3Main}
+		*p.slab.meta(i) = s3Meta{size: e.Size, queue: s3Main}
 		p.attach(s3Main, i)
 		p.tracked++
 		return nil
@@ -268,7 +281,7 @@ func (p *S3FIFO[K]) Insert(k K, e Entry) error {
 	if e.Size >= p.smallCap || (!p.hasEvicted && p.bytes[s3Small] >= p.smallCap) {
 		q = s3Main
 	}
-	p.slab.nodes[i].meta.queue = q
+	p.slab.meta(i).queue = q
 	p.attach(q, i)
 	p.tracked++
 	return nil
@@ -281,9 +294,8 @@ func (p *S3FIFO[K]) Access(k K) {
 	if !ok {
 		return
 	}
-	m := &p.slab.nodes[i].meta
-	if m.queue <= s3Main && m.freq < p.freqCap {
-		m.freq++
+	if m := &p.slab.nodes[i].meta; m.queue <= s3Main && m.freq < p.freqCap {
+		p.slab.meta(i).freq++
 	}
 }
 
@@ -294,12 +306,11 @@ func (p *S3FIFO[K]) Pin(k K) {
 	if !ok {
 		return
 	}
-	m := &p.slab.nodes[i].meta
-	if m.queue > s3Main || m.pinned {
+	if m := &p.slab.nodes[i].meta; m.queue > s3Main || m.pinned {
 		return
 	}
 	p.detach(i)
-	m.pinned = true
+	p.slab.meta(i).pinned = true
 }
 
 // Unpin puts a pinned k back at the tail of the queue it left. It does
@@ -309,7 +320,7 @@ func (p *S3FIFO[K]) Unpin(k K) {
 	if !ok {
 		return
 	}
-	m := &p.slab.nodes[i].meta
+	m := p.slab.meta(i)
 	if m.queue > s3Main || !m.pinned {
 		return
 	}
@@ -373,7 +384,7 @@ func (p *S3FIFO[K]) evictMain() K {
 		}
 		f := min(m.freq, 3) - 1
 		p.slab.moveToBack(head, i)
-		m.freq = f
+		p.slab.meta(i).freq = f
 	}
 }
 
@@ -383,15 +394,15 @@ func (p *S3FIFO[K]) evictMain() K {
 func (p *S3FIFO[K]) evictSmall() (K, bool) {
 	for p.count[s3Small] > 0 {
 		i := p.slab.front(int32(s3Small))
-		n := &p.slab.nodes[i]
 		p.detach(i)
-		if n.meta.freq >= p.threshold {
-			n.meta.freq = 0
-			n.meta.queue = s3Main
+		if p.slab.nodes[i].meta.freq >= p.threshold {
+			m := p.slab.meta(i)
+			m.freq = 0
+			m.queue = s3Main
 			p.attach(s3Main, i)
 			continue
 		}
-		k := n.key
+		k := p.slab.nodes[i].key
 		p.tracked--
 		p.remember(i)
 		return k, true
@@ -404,18 +415,19 @@ func (p *S3FIFO[K]) evictSmall() (K, bool) {
 // entry, making room in the ghost by dropping its oldest entries. A key
 // larger than the ghost is forgotten.
 func (p *S3FIFO[K]) remember(i int32) {
-	m := &p.slab.nodes[i].meta
-	if m.size > p.ghostCap {
+	size := p.slab.nodes[i].meta.size
+	if size > p.ghostCap {
 		p.forget(i)
 		return
 	}
 	// ghostCap-bytes cannot overflow (bytes <= ghostCap), where bytes+size
 	// can when ghostCap nears math.MaxInt64.
-	for m.size > p.ghostCap-p.bytes[s3Ghost] {
+	for size > p.ghostCap-p.bytes[s3Ghost] {
 		g := p.slab.front(int32(s3Ghost))
 		p.detach(g)
 		p.forget(g)
 	}
+	m := p.slab.meta(i)
 	m.freq = 0
 	m.queue = s3Ghost
 	p.attach(s3Ghost, i)
@@ -455,7 +467,7 @@ func (p *S3FIFO[K]) Admit(k K, size int64) (makeRoom, insert bool) {
 		p.forget(i)
 		return false, false
 	}
-	p.slab.nodes[i].meta.queue = s3Claimed
+	p.slab.meta(i).queue = s3Claimed
 	p.claimed = i
 	return true, true
 }

@@ -19,6 +19,8 @@ func (a stampItem) before(b stampItem) bool {
 type stampHeap struct {
 	items []stampItem
 	pos   []int32
+	// tx journals pushes and removals while a transaction runs.
+	tx heapJournal
 }
 
 func (h *stampHeap) len() int { return len(h.items) }
@@ -33,6 +35,9 @@ func (h *stampHeap) min() stampItem { return h.items[0] }
 
 // push adds node, which must not be in the heap.
 func (h *stampHeap) push(node int32, at int64, seq uint64) {
+	if h.tx.on {
+		h.tx.ops = append(h.tx.ops, heapOp{pushed: true, item: stampItem{at: at, seq: seq, node: node}})
+	}
 	for int(node) >= len(h.pos) {
 		h.pos = append(h.pos, 0)
 	}
@@ -48,6 +53,9 @@ func (h *stampHeap) remove(node int32) {
 		return
 	}
 	i := int(h.pos[node] - 1)
+	if h.tx.on {
+		h.tx.ops = append(h.tx.ops, heapOp{item: h.items[i]})
+	}
 	h.pos[node] = 0
 	last := len(h.items) - 1
 	if i != last {

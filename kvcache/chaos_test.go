@@ -40,7 +40,7 @@ type chaosPolicy struct {
 
 func newChaosPolicy(w *chaosWorld, p eviction.Policy[UnitID], name string) eviction.Policy[UnitID] {
 	cp := &chaosPolicy{Policy: p, world: w, pinned: map[UnitID]bool{}, name: name}
-	if _, ok := p.(transactional); ok {
+	if _, ok := p.(eviction.Transactional); ok {
 		return &transactionalChaos{cp}
 	}
 	return cp
@@ -49,9 +49,9 @@ func newChaosPolicy(w *chaosWorld, p eviction.Policy[UnitID], name string) evict
 // transactionalChaos is a chaosPolicy over a policy that can roll back.
 type transactionalChaos struct{ *chaosPolicy }
 
-func (p *transactionalChaos) Begin()    { p.Policy.(transactional).Begin() }
-func (p *transactionalChaos) Commit()   { p.Policy.(transactional).Commit() }
-func (p *transactionalChaos) Rollback() { p.Policy.(transactional).Rollback() }
+func (p *transactionalChaos) Begin()    { p.Policy.(eviction.Transactional).Begin() }
+func (p *transactionalChaos) Commit()   { p.Policy.(eviction.Transactional).Commit() }
+func (p *transactionalChaos) Rollback() { p.Policy.(eviction.Transactional).Rollback() }
 
 // misbehave reports whether this call breaks the contract, and how (one of
 // n ways), counting it as kind.

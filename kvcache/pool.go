@@ -35,7 +35,7 @@ type arena struct {
 	tellHits bool
 	// txPolicy is the policy when it implements eviction.Transactional:
 	// a rollback then undoes the policy's calls exactly (see rollback).
-	txPolicy transactional
+	txPolicy eviction.Transactional
 	// broken is the panic of the policy, once it has panicked: its state
 	// is unknown, so it is not called again (the cache is poisoned).
 	broken *PanicError
@@ -50,7 +50,7 @@ type arena struct {
 }
 
 func newArena(c *Cache, tier Tier, pool, slots int, p eviction.Policy[UnitID]) *arena {
-	tp, _ := p.(transactional)
+	tp, _ := p.(eviction.Transactional)
 	a := &arena{cache: c, tier: tier, pool: pool, policy: p, tellHits: tellsHits(p), txPolicy: tp,
 		free: make([]int32, slots), owner: make([]UnitID, slots), txPinned: make([]bool, slots)}
 	for i := range a.free {
@@ -168,11 +168,4 @@ func (a *arena) evict() (UnitID, bool) {
 		a.tracked--
 	}
 	return u, ok
-}
-
-// transactional is eviction.Transactional's method set. TODO(lead): use eviction.Transactional.
-type transactional interface {
-	Begin()
-	Commit()
-	Rollback()
 }

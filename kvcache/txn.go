@@ -325,7 +325,13 @@ func (c *Cache) unstagePins() {
 }
 
 // beginPolicies starts a transaction in every policy that can roll back.
+// Without a Mover nothing can fail once the policies are told (ErrNoSpace
+// is found before, and a broken policy poisons the cache, after which
+// their state no longer matters), so they are spared the recording.
 func (c *Cache) beginPolicies() {
+	if c.mover == nil {
+		return
+	}
 	for p := range c.pools {
 		c.gpu[p].policyBegin()
 		c.cpu[p].policyBegin()

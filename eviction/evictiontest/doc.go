@@ -48,6 +48,12 @@
 //     Access of a pinned key changes nothing must keep the claim: a twin fed
 //     extra Access calls on pinned keys chooses the same victims. A policy
 //     that makes no claim passes this check trivially.
+//   - A policy that implements [eviction.Transactional] must roll back
+//     exactly: random bursts of calls made to it between Begin and
+//     Rollback, which a twin never hears of, leave it choosing the same
+//     victims as the twin ever after (clock advances included); bursts
+//     between Begin and Commit count as ordinary calls. A policy that does
+//     not implement the interface skips this check.
 //
 // The suite uses int keys from 0 to [MaxKey], entries of sizes 1 to 4 with
 // every priority and some priority durations, and finishes in well under a
