@@ -92,6 +92,8 @@ type txn struct {
 	tempCPU    []UnitID
 	perPool    []int
 	crossings  []crossing
+	// recording says whether the policies were told Begin.
+	recording bool
 }
 
 func (t *txn) reset() {
@@ -332,6 +334,7 @@ func (c *Cache) beginPolicies() {
 	if c.mover == nil {
 		return
 	}
+	c.tx.recording = true
 	for p := range c.pools {
 		c.gpu[p].policyBegin()
 		c.cpu[p].policyBegin()
@@ -340,6 +343,10 @@ func (c *Cache) beginPolicies() {
 
 // commitPolicies ends the transaction of every policy that can roll back.
 func (c *Cache) commitPolicies() {
+	if !c.tx.recording {
+		return
+	}
+	c.tx.recording = false
 	for p := range c.pools {
 		c.gpu[p].policyCommit()
 		c.cpu[p].policyCommit()
@@ -559,9 +566,10 @@ func (c *Cache) rollback() {
 	// again, pins undone by Unpin), which may reorder them.
 	for p := range c.pools {
 		for _, a := range [2]*arena{c.gpu[p], c.cpu[p]} {
-			a.replaying = a.txPolicy != nil && a.broken == nil
+			a.replaying = t.recording && a.txPolicy != nil && a.broken == nil
 		}
 	}
+	t.recording = false
 	for i := len(t.undo) - 1; i >= 0; i-- {
 		c.undoOne(t.undo[i])
 	}
