@@ -462,7 +462,7 @@ func sizeName(n int) string {
 
 // BenchmarkPolicyBytesPerKey reports each policy's heap bytes per tracked
 // key at 1M keys (the live heap after a GC, before and after inserting),
-// for the metadata budget of DESIGN.md (policy + radix + pool ≤ 128 bytes
+// for the metadata target (policy + radix + pool ≤ 128 bytes
 // per resident unit). The ns/op it prints is the time to insert 1M keys
 // and means little.
 func BenchmarkPolicyBytesPerKey(b *testing.B) {
