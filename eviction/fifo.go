@@ -153,7 +153,7 @@ func (p *FIFO[K]) forget(i int32) {
 	} else {
 		p.reclaimed.remove(i)
 	}
-	p.keys.delete(p.slab.nodes[i].key)
+	p.keys.delete(p.slab.nodes[i].key, i)
 	p.slab.release(i)
 }
 

@@ -77,8 +77,9 @@ func (x *keyIndex[K]) lookup(k K) (i int32, ok bool) {
 	return i, ok
 }
 
+// store binds k, which has no node, to node i (see Index.store).
 func (x *keyIndex[K]) store(k K, i int32) error {
-	x.saveKey(k)
+	x.record(k, noLink)
 	if x.other != nil {
 		return x.other.store(k, i)
 	}
@@ -86,8 +87,10 @@ func (x *keyIndex[K]) store(k K, i int32) error {
 	return nil
 }
 
-func (x *keyIndex[K]) delete(k K) {
-	x.saveKey(k)
+// delete forgets k, whose node is i: the caller has it at hand, so a
+// transaction records the binding without a lookup.
+func (x *keyIndex[K]) delete(k K, i int32) {
+	x.record(k, i)
 	if x.other != nil {
 		x.other.delete(k)
 		return

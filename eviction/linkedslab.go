@@ -35,8 +35,8 @@ type linkedSlab[K comparable, M any] struct {
 	nodes []linkedNode[K, M]
 	free  int32 // first free node, chained through next; noLink when none
 	heads int32
-	// tx journals the nodes written while a transaction runs (see
-	// Transactional): every write to a node is preceded by save.
+	// tx journals the changes made while a transaction runs (see
+	// Transactional), as the operations that undo them.
 	tx slabJournal[K, M]
 }
 
@@ -56,26 +56,31 @@ func (s *linkedSlab[K, M]) init(heads int) {
 func (s *linkedSlab[K, M]) alloc(k K, m M) (int32, error) {
 	if s.free != noLink {
 		i := s.free
-		s.save(i)
 		n := &s.nodes[i]
 		s.free = n.next
 		n.key, n.meta, n.prev, n.next = k, m, noLink, noLink
+		s.record(i, undoAlloc)
 		return i, nil
 	}
 	if len(s.nodes) >= math.MaxInt32 {
 		return 0, fmt.Errorf("%w: %d", ErrTooManyKeys, len(s.nodes))
 	}
 	s.nodes = append(s.nodes, linkedNode[K, M]{meta: m, key: k, prev: noLink, next: noLink})
-	return int32(len(s.nodes) - 1), nil
+	i := int32(len(s.nodes) - 1)
+	s.record(i, undoAppend)
+	return i, nil
 }
 
-// release returns a detached node to the free list. The key and meta are
-// cleared so that a K or M holding pointers does not keep garbage alive.
+// release returns a detached node (prev and next noLink) to the free list.
+// The key and meta are cleared so that a K or M holding pointers does not
+// keep garbage alive.
 func (s *linkedSlab[K, M]) release(i int32) {
 	var zk K
 	var zm M
-	s.save(i)
 	n := &s.nodes[i]
+	if s.tx.on {
+		s.recordRelease(i)
+	}
 	n.key, n.meta, n.prev, n.next = zk, zm, noLink, s.free
 	s.free = i
 }
@@ -88,25 +93,18 @@ func (s *linkedSlab[K, M]) linked(i int32) bool {
 // pushBack appends detached node i to the list of sentinel head.
 func (s *linkedSlab[K, M]) pushBack(head, i int32) {
 	last := s.nodes[head].prev
-	if s.tx.on {
-		s.save(i)
-		s.save(last)
-		s.save(head)
-	}
 	s.nodes[i].prev = last
 	s.nodes[i].next = head
 	s.nodes[last].next = i
 	s.nodes[head].prev = i
+	s.record(i, undoPushBack)
 }
 
 // unlink detaches node i from its list.
 func (s *linkedSlab[K, M]) unlink(i int32) {
-	if s.tx.on {
-		s.save(i)
-		s.save(s.nodes[i].prev)
-		s.save(s.nodes[i].next)
-	}
 	n := &s.nodes[i]
+	// The undo of an unlink puts i back after its old prev.
+	s.record(i, n.prev)
 	s.nodes[n.prev].next = n.next
 	s.nodes[n.next].prev = n.prev
 	n.prev, n.next = noLink, noLink

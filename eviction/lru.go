@@ -118,7 +118,7 @@ func (p *LRU[K]) Remove(k K) {
 	if p.slab.linked(i) {
 		p.slab.unlink(i)
 	}
-	p.keys.delete(k)
+	p.keys.delete(k, i)
 	p.slab.release(i)
 }
 
@@ -132,7 +132,7 @@ func (p *LRU[K]) Evict() (K, bool) {
 	}
 	k := p.slab.nodes[i].key
 	p.slab.unlink(i)
-	p.keys.delete(k)
+	p.keys.delete(k, i)
 	p.slab.release(i)
 	return k, true
 }

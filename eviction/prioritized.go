@@ -261,7 +261,7 @@ func (p *PrioritizedLRU[K]) forget(i int32) {
 		p.detach(i)
 	}
 	p.setDuration(i, 0) // the node will be reused
-	p.keys.delete(p.slab.nodes[i].key)
+	p.keys.delete(p.slab.nodes[i].key, i)
 	p.slab.release(i)
 }
 

@@ -295,7 +295,7 @@ func (r *Retention[K]) Remove(k K) {
 	if !r.keys[i].pinned {
 		r.detach(i, now)
 	}
-	r.delIndex(k)
+	r.delIndex(k, i)
 	r.dropKey(i)
 }
 
@@ -314,7 +314,7 @@ func (r *Retention[K]) Evict() (K, bool) {
 	i := r.groups[g].head
 	k := r.keys[i].key
 	r.detach(i, now)
-	r.delIndex(k)
+	r.delIndex(k, i)
 	r.dropKey(i)
 	return k, true
 }
@@ -458,7 +458,7 @@ func (r *Retention[K]) dropKey(i int32) {
 	}
 	// The list is empty (every key is gone), so the tournament leaf is
 	// already clear.
-	r.delCost(math.Float64bits(grp.cost))
+	r.delCost(math.Float64bits(grp.cost), g)
 	if g == r.zeroGroup {
 		r.zeroGroup = -1
 	}

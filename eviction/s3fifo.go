@@ -320,10 +320,10 @@ func (p *S3FIFO[K]) Unpin(k K) {
 	if !ok {
 		return
 	}
-	m := p.slab.meta(i)
-	if m.queue > s3Main || !m.pinned {
+	if m := &p.slab.nodes[i].meta; m.queue > s3Main || !m.pinned {
 		return
 	}
+	m := p.slab.meta(i)
 	m.pinned = false
 	p.attach(m.queue, i)
 }
@@ -495,7 +495,7 @@ func (p *S3FIFO[K]) detach(i int32) {
 
 // forget deletes detached node i from the index and frees it.
 func (p *S3FIFO[K]) forget(i int32) {
-	p.keys.delete(p.slab.nodes[i].key)
+	p.keys.delete(p.slab.nodes[i].key, i)
 	p.slab.release(i)
 }
 

@@ -4,31 +4,43 @@ package eviction
 // calls exactly. An owner that runs an operation as a transaction over its
 // own state and its policies (as a kvcache tier does: pins, inserts and
 // evictions, then copies that may fail) calls Begin before the operation's
-// first call, and Commit after its last one, or Rollback when the operation
-// fails. Without it the owner can only compensate with more calls (insert
-// its victims again, Unpin what it pinned), which a recency policy takes as
-// uses: an LRU victim would come back most recently used, an expired
-// priority with a fresh timer.
+// first call to the policy, and Commit after its last one, or Rollback when
+// the operation fails. Without it the owner can only compensate with more
+// calls (insert its victims again, Unpin what it pinned), which the policy
+// takes as new events: an LRU victim would come back most recently used,
+// an expired priority with a fresh timer, a retention victim used now.
 //
-// Every policy of this package implements it. Recording costs one
-// predictable branch per change while no transaction runs, and allocates
-// nothing in steady state while one does (the journal keeps its capacity).
+// Between Begin and Commit or Rollback the policy records every call that
+// can change it: those of Policy and its own (such as S3FIFO.Admit),
+// including calls that fail or change nothing. Calls outside a transaction
+// are not recorded and cost one predictable branch per change. Recording
+// allocates nothing once the journal has grown to the largest transaction
+// seen: the journal keeps its capacity from one transaction to the next.
+// The methods never panic, whatever order they are called in. They are not
+// generic, so that an owner can find them on any Policy with a type
+// assertion. Every policy of this package implements the interface.
 type Transactional interface {
-	// Begin starts recording the calls that follow. Calling Begin while
-	// recording starts over: the calls recorded so far are kept, as by
-	// Commit.
+	// Begin starts recording the calls that follow. Transactions do not
+	// nest: Begin while recording keeps the calls recorded so far, as
+	// Commit does, and starts recording again.
 	Begin()
-	// Commit stops recording and keeps every recorded call's effect. It
-	// does nothing when not recording.
+	// Commit stops recording and keeps every call's effect: the policy is
+	// as if the calls had been made without Begin and Commit. Commit does
+	// nothing when not recording.
 	Commit()
 	// Rollback undoes every call made since Begin, newest first, and stops
-	// recording. The policy is then exactly as it was at Begin: the same
-	// tracked keys, the same pinned set, and the same order and history
-	// (recency, insertion order, priorities and their timers, hit counts,
-	// ghost entries, last uses), so that any sequence of later calls
-	// chooses the same victims as it would have without the rolled-back
-	// calls. A clock the policy reads keeps running: later calls read it
-	// at their own time. Rollback does nothing when not recording.
+	// recording. The policy is then exactly as it was at Begin: it tracks
+	// the same keys, pins the same ones, and has the same order and history
+	// (recency, insertion order, priorities and the deadlines of their
+	// timers, hit counts, queues and ghost entries, costs and last uses),
+	// so that any sequence of later calls makes it choose the same victims
+	// as a policy that never received the rolled-back calls. Time is not
+	// rolled back: the policy gets back the times it had recorded (last
+	// uses, deadlines, its latest reading of the clock), and later calls
+	// read the clock at their own time. A priority that expired during the
+	// rolled-back calls is restored unexpired with its old deadline, so the
+	// next call expires it, as it would have without them. Rollback does
+	// nothing when not recording.
 	Rollback()
 }
 
@@ -40,78 +52,131 @@ var (
 	_ Transactional = (*Retention[int])(nil)
 )
 
-// The journals below record, while a transaction runs, how to put back each
-// piece of a policy's state: the old value of every slab node or array
-// element written (restored newest first, so each ends at its value at
-// Begin), the old binding of every index key written, and the inverse of
-// every heap push or removal. Lengths and scalar fields are saved at Begin.
+// The journals below record, while a transaction runs, how to take back
+// each change to a policy's state, to be applied newest first: each undo
+// then meets the state right after the change it takes back, so it can be
+// simple. A linkedSlab records the inverse of each list operation (an
+// unlink is undone by linking the node after its old prev again, whose
+// next is then its old next) and the old value of each key and meta it
+// overwrites; a keyIndex records the binding each key had before a write,
+// known to the caller, so recording costs no lookup; a stampHeap records
+// the inverse of each push and removal; other arrays record the old value
+// of each element written. Lengths and scalar fields are saved at Begin.
 
-// slabJournal records a linkedSlab's changes (see linkedSlab.save).
+// slabJournal records a linkedSlab's changes.
 type slabJournal[K comparable, M any] struct {
-	on    bool
-	saved []savedNode[K, M]
-	n     int   // len(nodes) at Begin
-	free  int32 // free at Begin
+	on  bool
+	ops []slabUndo
+	// keys and metas hold what undoRelease and undoMeta put back, in the
+	// order of their ops.
+	keys  []K
+	metas []M
 }
 
-type savedNode[K comparable, M any] struct {
-	i    int32
-	node linkedNode[K, M]
+// slabUndo undoes one change to node i: what is an undo* constant, or, for
+// an unlink, the node i followed (a node index, so at least 0).
+type slabUndo struct {
+	i, what int32
 }
 
-// save records node i before a write, while a transaction runs.
-func (s *linkedSlab[K, M]) save(i int32) {
+// The kinds of slabUndo, all below noLink so that they are no node index.
+const (
+	undoPushBack int32 = -2 - iota // unlink i again
+	undoAlloc                      // put i back on the free list
+	undoAppend                     // drop i, the last node
+	undoRelease                    // take i off the free list, with its key and meta
+	undoMeta                       // put i's meta back
+)
+
+// record journals one change to node i, while a transaction runs.
+func (s *linkedSlab[K, M]) record(i, what int32) {
 	if s.tx.on {
-		s.tx.saved = append(s.tx.saved, savedNode[K, M]{i: i, node: s.nodes[i]})
+		s.tx.ops = append(s.tx.ops, slabUndo{i: i, what: what})
 	}
 }
 
-// meta returns node i's meta for writing, having saved the node.
+// recordRelease journals the release of node i, while a transaction runs.
+func (s *linkedSlab[K, M]) recordRelease(i int32) {
+	s.tx.ops = append(s.tx.ops, slabUndo{i: i, what: undoRelease})
+	s.tx.keys = append(s.tx.keys, s.nodes[i].key)
+	s.tx.metas = append(s.tx.metas, s.nodes[i].meta)
+}
+
+// meta returns node i's meta for writing, having journaled its value.
 func (s *linkedSlab[K, M]) meta(i int32) *M {
-	s.save(i)
+	if s.tx.on {
+		s.tx.ops = append(s.tx.ops, slabUndo{i: i, what: undoMeta})
+		s.tx.metas = append(s.tx.metas, s.nodes[i].meta)
+	}
 	return &s.nodes[i].meta
 }
 
-func (s *linkedSlab[K, M]) begin() {
-	s.tx.on = true
-	s.tx.n, s.tx.free = len(s.nodes), s.free
-}
+func (s *linkedSlab[K, M]) begin() { s.tx.on = true }
 
 func (s *linkedSlab[K, M]) commit() {
 	s.tx.on = false
-	clear(s.tx.saved) // keys may hold pointers
-	s.tx.saved = s.tx.saved[:0]
+	s.tx.ops = s.tx.ops[:0]
+	clear(s.tx.keys) // keys and metas may hold pointers
+	s.tx.keys = s.tx.keys[:0]
+	clear(s.tx.metas)
+	s.tx.metas = s.tx.metas[:0]
 }
 
 func (s *linkedSlab[K, M]) rollback() {
-	for j := len(s.tx.saved) - 1; j >= 0; j-- {
-		if sv := s.tx.saved[j]; int(sv.i) < s.tx.n {
-			s.nodes[sv.i] = sv.node
+	s.tx.on = false
+	var zk K
+	var zm M
+	keys, metas := len(s.tx.keys), len(s.tx.metas)
+	for j := len(s.tx.ops) - 1; j >= 0; j-- {
+		u := s.tx.ops[j]
+		n := &s.nodes[u.i]
+		switch u.what {
+		case undoPushBack:
+			s.nodes[n.prev].next = n.next
+			s.nodes[n.next].prev = n.prev
+			n.prev, n.next = noLink, noLink
+		case undoAlloc:
+			n.key, n.meta, n.prev, n.next = zk, zm, noLink, s.free
+			s.free = u.i
+		case undoAppend:
+			*n = linkedNode[K, M]{}
+			s.nodes = s.nodes[:u.i]
+		case undoRelease:
+			keys--
+			metas--
+			s.free = n.next
+			n.key, n.meta, n.prev, n.next = s.tx.keys[keys], s.tx.metas[metas], noLink, noLink
+		case undoMeta:
+			metas--
+			n.meta = s.tx.metas[metas]
+		default:
+			prev := u.what
+			next := s.nodes[prev].next
+			n.prev, n.next = prev, next
+			s.nodes[prev].next = u.i
+			s.nodes[next].prev = u.i
 		}
 	}
-	clear(s.nodes[s.tx.n:])
-	s.nodes = s.nodes[:s.tx.n]
-	s.free = s.tx.free
 	s.commit()
 }
 
-// keyJournal records a keyIndex's changes.
+// keyJournal records a keyIndex's changes: each key written, with the
+// node it had before (noLink: none).
 type keyJournal[K comparable] struct {
 	on    bool
 	saved []savedKey[K]
 }
 
 type savedKey[K comparable] struct {
-	k   K
-	i   int32
-	had bool
+	k K
+	i int32
 }
 
-// saveKey records k's binding before a write, while a transaction runs.
-func (x *keyIndex[K]) saveKey(k K) {
+// record journals that k had node i (noLink: none) before a write, while
+// a transaction runs.
+func (x *keyIndex[K]) record(k K, i int32) {
 	if x.tx.on {
-		i, had := x.lookup(k)
-		x.tx.saved = append(x.tx.saved, savedKey[K]{k: k, i: i, had: had})
+		x.tx.saved = append(x.tx.saved, savedKey[K]{k: k, i: i})
 	}
 }
 
@@ -127,18 +192,21 @@ func (x *keyIndex[K]) rollback() {
 	x.tx.on = false
 	for j := len(x.tx.saved) - 1; j >= 0; j-- {
 		sv := x.tx.saved[j]
-		x.delete(sv.k)
-		if sv.had {
-			_ = x.store(sv.k, sv.i) // it held the binding before: it can again
+		if sv.i == noLink {
+			x.delete(sv.k, noLink) // a store: k had no node
+		} else {
+			_ = x.store(sv.k, sv.i) // a delete: k held the node before, so it can again
 		}
 	}
 	x.commit()
 }
 
-// heapJournal records a stampHeap's pushes and removals. A heap's pop order
-// depends only on the items it holds (their (at, seq) keys are unique), not
-// on their layout, so undoing each operation by its inverse restores it
-// exactly as far as any later call can tell.
+// heapJournal records a stampHeap's pushes and removals, undone by their
+// inverses. That may leave the items in another layout than at Begin, but
+// the heap's order, and so which item min returns after any later calls,
+// depends only on the items it holds, because no two items of a heap are
+// equal: FIFO's seq is the key's insertion number, PrioritizedLRU's a
+// counter that every push increments (both restored at Rollback).
 type heapJournal struct {
 	on  bool
 	ops []heapOp
@@ -276,9 +344,10 @@ func (p *PrioritizedLRU[K]) Commit() {
 }
 
 // Rollback undoes every call since Begin (see [Transactional]). A priority
-// that expired during the rolled-back calls is back on its timer, which
-// runs from where it was: the next call expires it again, at the same
-// instant as it would have.
+// that expired during the rolled-back calls is back in the heap of running
+// timers with its old deadline, so the next call that drains the heap
+// expires it, in the same order among the others, as it would have without
+// the rolled-back calls.
 func (p *PrioritizedLRU[K]) Rollback() {
 	if !p.slab.tx.on {
 		return
@@ -326,8 +395,10 @@ type retentionJournal[K comparable] struct {
 	groups sliceJournal[costGroup]
 	// freeOps is the free group stack's pushes (g >= 0) and pops (^g).
 	freeOps []int32
-	index   []savedKey[K]
-	byCost  []savedCost
+	// index and byCost hold each binding written and the value it had
+	// before (-1: none).
+	index  []savedKey[K]
+	byCost []savedCost
 	// The scalars at Begin.
 	now       int64
 	seq       uint64
@@ -338,41 +409,40 @@ type retentionJournal[K comparable] struct {
 type savedCost struct {
 	bits uint64
 	g    int32
-	had  bool
 }
 
 func (r *Retention[K]) saveKey(i int32) { r.tx.keys.save(r.keys, int(i)) }
 
 func (r *Retention[K]) saveGroup(g int32) { r.tx.groups.save(r.groups, int(g)) }
 
+// setIndex binds k, which has no slot, to slot i.
 func (r *Retention[K]) setIndex(k K, i int32) {
 	if r.tx.on {
-		old, had := r.index[k]
-		r.tx.index = append(r.tx.index, savedKey[K]{k: k, i: old, had: had})
+		r.tx.index = append(r.tx.index, savedKey[K]{k: k, i: -1})
 	}
 	r.index[k] = i
 }
 
-func (r *Retention[K]) delIndex(k K) {
+// delIndex forgets k, whose slot is i.
+func (r *Retention[K]) delIndex(k K, i int32) {
 	if r.tx.on {
-		old, had := r.index[k]
-		r.tx.index = append(r.tx.index, savedKey[K]{k: k, i: old, had: had})
+		r.tx.index = append(r.tx.index, savedKey[K]{k: k, i: i})
 	}
 	delete(r.index, k)
 }
 
+// setCost binds cost bits, which have no group, to group g.
 func (r *Retention[K]) setCost(bits uint64, g int32) {
 	if r.tx.on {
-		old, had := r.byCost[bits]
-		r.tx.byCost = append(r.tx.byCost, savedCost{bits: bits, g: old, had: had})
+		r.tx.byCost = append(r.tx.byCost, savedCost{bits: bits, g: -1})
 	}
 	r.byCost[bits] = g
 }
 
-func (r *Retention[K]) delCost(bits uint64) {
+// delCost forgets cost bits, whose group is g.
+func (r *Retention[K]) delCost(bits uint64, g int32) {
 	if r.tx.on {
-		old, had := r.byCost[bits]
-		r.tx.byCost = append(r.tx.byCost, savedCost{bits: bits, g: old, had: had})
+		r.tx.byCost = append(r.tx.byCost, savedCost{bits: bits, g: g})
 	}
 	delete(r.byCost, bits)
 }
@@ -416,8 +486,11 @@ func (r *Retention[K]) Commit() {
 
 // Rollback undoes every call since Begin (see [Transactional]): keys come
 // back with their costs, last uses and stamps, so a victim is not "used
-// now" and the order of ties is as before. The tournament, which only
-// caches the winner among the groups' heads, is rebuilt from them.
+// now" and the order of ties is as before. The tournament only caches the
+// winner among the groups' heads, a function of the heads and the time, so
+// it is rebuilt from the restored heads rather than journaled: Rollback
+// costs O(g) for g distinct costs, while recording every tournament node a
+// call recomputes would cost every transaction, committed or not.
 func (r *Retention[K]) Rollback() {
 	t := &r.tx
 	if !t.on {
@@ -434,14 +507,14 @@ func (r *Retention[K]) Rollback() {
 		}
 	}
 	for j := len(t.index) - 1; j >= 0; j-- {
-		if sv := t.index[j]; sv.had {
+		if sv := t.index[j]; sv.i >= 0 {
 			r.index[sv.k] = sv.i
 		} else {
 			delete(r.index, sv.k)
 		}
 	}
 	for j := len(t.byCost) - 1; j >= 0; j-- {
-		if sv := t.byCost[j]; sv.had {
+		if sv := t.byCost[j]; sv.g >= 0 {
 			r.byCost[sv.bits] = sv.g
 		} else {
 			delete(r.byCost, sv.bits)
