@@ -1,0 +1,230 @@
+package kvcache
+
+import (
+	"fmt"
+	"testing"
+)
+
+// The benchmarks of this file measure what a server pays on every
+// scheduling step, at the context lengths where a cost that grows with the
+// context would show: one decode token (Append), a cached prompt (Acquire
+// and Release), a prompt that misses and evicts everything, and a whole
+// decode step of a batch. All run on the seed model with the paged
+// per-layer layout (28 units per 16-token block), metadata only.
+
+// contexts are the context lengths the per-token benchmarks run at.
+var contexts = []int{1 << 10, 8 << 10, 32 << 10, 128 << 10}
+
+func ctxName(n int) string { return fmt.Sprintf("ctx=%dk", n>>10) }
+
+// seqPrompt returns n tokens distinct from those of other values of seed.
+func seqPrompt(seed, n int) []uint32 {
+	p := make([]uint32, n)
+	for i := range p {
+		p[i] = uint32(seed)<<24 ^ uint32(i)
+	}
+	return p
+}
+
+// BenchmarkAppendContext appends one token per iteration to a sequence of
+// ctx tokens; every 1024 appends the sequence is truncated back to ctx
+// (timer stopped), so the context stays within [ctx, ctx+1024). A new block
+// (28 fresh units) every 16 tokens.
+func BenchmarkAppendContext(b *testing.B) {
+	for _, ctx := range contexts {
+		b.Run(ctxName(ctx), func(b *testing.B) {
+			l := seedPaged(b, 16)
+			c, err := New(Config{Layout: l, GPU: Capacity{Units: int64(28 * (ctx/16 + 64 + 16))}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			p, err := c.Acquire(Request{Tokens: seqPrompt(1, ctx)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := c.Commit(p.Seq, ctx); err != nil {
+				b.Fatal(err)
+			}
+			const period = 1024
+			tok := uint32(0)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if i > 0 && i%period == 0 {
+					b.StopTimer()
+					if _, err := c.Truncate(p.Seq, period); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+				}
+				tok++
+				if _, err := c.Append(p.Seq, tok); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkAcquireCached acquires and releases a prompt of ctx tokens that
+// is wholly cached on the GPU (every unit a hit). Linear cost shows as the
+// same ns/token at every length.
+func BenchmarkAcquireCached(b *testing.B) {
+	for _, ctx := range []int{1 << 10, 128 << 10} {
+		b.Run(ctxName(ctx), func(b *testing.B) {
+			l := seedPaged(b, 16)
+			c, err := New(Config{Layout: l, GPU: Capacity{Units: int64(28 * (ctx/16 + 16))}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			prompt := seqPrompt(2, ctx)
+			p, err := c.Acquire(Request{Tokens: prompt})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := c.Commit(p.Seq, ctx); err != nil {
+				b.Fatal(err)
+			}
+			if err := c.Release(p.Seq); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				p, err := c.Acquire(Request{Tokens: prompt})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := c.Release(p.Seq); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(ctx), "ns/token")
+		})
+	}
+}
+
+// BenchmarkAcquireMiss acquires, commits and releases a new 32k-token
+// prompt per iteration on a GPU that holds exactly one such prompt, so
+// every unit takes a slot from a victim that is offloaded to the CPU
+// (which, once full, drops its own victims). Reported per unit: the
+// miss path (evict, offload, fresh slot).
+func BenchmarkAcquireMiss(b *testing.B) {
+	const ctx = 32 << 10
+	l := seedPaged(b, 16)
+	units := int64(28 * ctx / 16)
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: units}, CPU: Capacity{Units: 4 * units}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	prompt := seqPrompt(0, ctx)
+	run := func(seed int) {
+		for i := range prompt {
+			prompt[i] = uint32(seed)<<24 ^ uint32(i)
+		}
+		p, err := c.Acquire(Request{Tokens: prompt})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Commit(p.Seq, ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Release(p.Seq); err != nil {
+			b.Fatal(err)
+		}
+	}
+	run(1) // the GPU is full from now on
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		run(i + 2)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(units), "ns/unit")
+}
+
+// decodeBatch is the batch of BenchmarkDecodeStep: batch sequences of ctx
+// tokens that share their first ctx-16 tokens (one cached copy, so the GPU
+// need not hold batch×ctx tokens) and differ in their last block.
+type decodeBatch struct {
+	c   *Cache
+	ids []SeqID
+	ctx int
+}
+
+func newDecodeBatch(b *testing.B, batch, ctx int) *decodeBatch {
+	l := seedPaged(b, 16)
+	// The shared prefix, then per sequence a private last block and room
+	// for 512 decode tokens (32 blocks).
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: int64(28 * (ctx/16 + batch*(1+33)))}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := &decodeBatch{c: c, ctx: ctx}
+	prompt := seqPrompt(3, ctx)
+	for i := range batch {
+		for j := ctx - 16; j < ctx; j++ {
+			prompt[j] = uint32(i)<<16 | uint32(j&0xffff)
+		}
+		p, err := c.Acquire(Request{Tokens: prompt})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Commit(p.Seq, ctx); err != nil {
+			b.Fatal(err)
+		}
+		d.ids = append(d.ids, p.Seq)
+	}
+	return d
+}
+
+// BenchmarkDecodeStep runs decode steps of 256 sequences of 32k tokens: one
+// Append per sequence, then (tables) the block table of every slice of
+// every sequence, as a server fetches them for the step's kernels. Every
+// 512 steps the sequences are truncated back (timer stopped). One
+// iteration is one step.
+func BenchmarkDecodeStep(b *testing.B) {
+	const batch, ctx, period = 256, 32 << 10, 512
+	for _, tables := range []bool{false, true} {
+		name := "append"
+		if tables {
+			name = "append+tables"
+		}
+		b.Run(name, func(b *testing.B) {
+			d := newDecodeBatch(b, batch, ctx)
+			c := d.c
+			var dst []int32
+			slices := c.Layout().UnitsPerBlock()
+			tok := uint32(0)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if i > 0 && i%period == 0 {
+					b.StopTimer()
+					for _, id := range d.ids {
+						if _, err := c.Truncate(id, period); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.StartTimer()
+				}
+				tok++
+				for _, id := range d.ids {
+					if _, err := c.Append(id, tok); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if !tables {
+					continue
+				}
+				for _, id := range d.ids {
+					for s := range slices {
+						var err error
+						if dst, err = c.BlockTable(dst[:0], id, s); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+			}
+		})
+	}
+}
