@@ -42,8 +42,7 @@ func (c *Cache) Acquire(req Request) (_ Plan, err error) {
 	if err := c.lock("Acquire"); err != nil {
 		return Plan{}, err
 	}
-	defer c.unlock()
-	defer c.reportBreach(&err)
+	defer c.unlock(&err)
 	if c.poisoned != nil {
 		return Plan{}, c.poisoned
 	}

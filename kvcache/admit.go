@@ -126,8 +126,7 @@ func (c *Cache) Clear() (err error) {
 	if err := c.lock("Clear"); err != nil {
 		return err
 	}
-	defer c.unlock()
-	defer c.reportBreach(&err)
+	defer c.unlock(&err)
 	if c.poisoned != nil {
 		return c.poisoned
 	}

@@ -22,8 +22,7 @@ func (c *Cache) Append(id SeqID, tokens ...uint32) (_ Plan, err error) {
 	if err := c.lock("Append"); err != nil {
 		return Plan{}, err
 	}
-	defer c.unlock()
-	defer c.reportBreach(&err)
+	defer c.unlock(&err)
 	s, err := c.lookupToChange(id)
 	if err != nil {
 		return Plan{}, err
@@ -53,6 +52,7 @@ func (c *Cache) Append(id SeqID, tokens ...uint32) (_ Plan, err error) {
 	lo := c.wantLo(c.scratch.lo, s)
 	c.scratch.lo = lo
 	c.tx.reset()
+	c.tx.seq = s
 	c.queuePinDiff(s.blocks, s.pinLo, s.pinHi, newBlocks, lo, nb2, -1, -1)
 	// The step of the last SparseAccess is over: its pins go.
 	c.queueStepUnpins(s)

@@ -2,6 +2,7 @@ package kvcache
 
 import (
 	"errors"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -138,6 +139,52 @@ func TestSinkPanicIsReported(t *testing.T) {
 	require.NotNil(t, pe)
 	require.Equal(t, "sink bug", pe.Value)
 	require.Contains(t, pe.Call, "stored")
+}
+
+// TestSinkGoexitDoesNotStallDelivery: a sink that ends its goroutine
+// (runtime.Goexit, which t.FailNow calls) used to leave its delivery turn
+// taken for good, so every later caller with events waited forever. Its
+// batch is now given up (counted like a panic) and the next caller's
+// events are delivered.
+func TestSinkGoexitDoesNotStallDelivery(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	var mu sync.Mutex
+	exited := false
+	var got []EventKind
+	c, err := New(Config{Layout: l, GPU: Capacity{Units: 8}, Events: func(e Event) {
+		mu.Lock()
+		first := !exited
+		exited = true
+		if !first {
+			got = append(got, e.Kind)
+		}
+		mu.Unlock()
+		if first {
+			runtime.Goexit()
+		}
+	}})
+	require.NoError(t, err)
+	a, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.Commit(a.Seq, 8) // its sink call ends this goroutine
+	}()
+	<-done
+	finished := make(chan error, 1)
+	go func() { finished <- errors.Join(c.Release(a.Seq), c.Clear()) }()
+	select {
+	case err := <-finished:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Clear is stuck behind the delivery its sink abandoned")
+	}
+	mu.Lock()
+	require.Equal(t, []EventKind{AllCleared}, got)
+	mu.Unlock()
+	require.Equal(t, uint64(1), c.Stats().SinkPanics)
+	require.ErrorContains(t, c.SinkPanic(), "Goexit")
 }
 
 // TestEachCallerDeliversItsOwnEvents: with a slow sink, the goroutine that

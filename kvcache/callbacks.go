@@ -24,7 +24,9 @@ import (
 //     evicted and how;
 //   - a panicking Mover is a failed batch whose writes are unknown: the
 //     operation is rolled back and the units whose slots the batch would
-//     have written are dropped (ErrCopyFailed); the cache is not poisoned.
+//     have written are dropped, ending the operation's own sequence if the
+//     rollback pinned one of them again (ErrCopyFailed); the cache is not
+//     poisoned.
 
 // PanicError is what a panic in user code becomes: an error returned by the
 // cache wraps it (errors.As) together with the sentinel of what panicked

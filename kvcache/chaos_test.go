@@ -19,6 +19,11 @@ type chaosWorld struct {
 	breaches map[string]int
 	// trace, when set, is told of every breach (debugging).
 	trace func(string)
+	// cpuPinnedLiar makes every Evict of a CPU-tier policy that has a
+	// pinned key return it (the cache pins keys in a CPU arena only for
+	// the running operation: onboard, recompute and copy sources), on
+	// top of the random breaches.
+	cpuPinnedLiar bool
 }
 
 // errChaos is what a chaos policy's refused Insert returns.
@@ -36,10 +41,11 @@ type chaosPolicy struct {
 	world  *chaosWorld
 	pinned map[UnitID]bool
 	name   string
+	tier   Tier
 }
 
-func newChaosPolicy(w *chaosWorld, p eviction.Policy[UnitID], name string) eviction.Policy[UnitID] {
-	cp := &chaosPolicy{Policy: p, world: w, pinned: map[UnitID]bool{}, name: name}
+func newChaosPolicy(w *chaosWorld, p eviction.Policy[UnitID], name string, tier Tier) eviction.Policy[UnitID] {
+	cp := &chaosPolicy{Policy: p, world: w, pinned: map[UnitID]bool{}, name: name, tier: tier}
 	if _, ok := p.(eviction.Transactional); ok {
 		return &transactionalChaos{cp}
 	}
@@ -113,6 +119,12 @@ func (p *chaosPolicy) Access(k UnitID) {
 }
 
 func (p *chaosPolicy) Evict() (UnitID, bool) {
+	if p.world.cpuPinnedLiar && p.tier == CPU {
+		for k := range p.pinned {
+			p.world.breaches["evict a pinned unit"]++
+			return k, true
+		}
+	}
 	how, ok := p.misbehave(7, "evict a pinned unit", "evict any unit ever seen", "evict garbage",
 		"evict nothing", "evict one, return another", "evict twice the same", "panic")
 	if !ok {
@@ -155,6 +167,6 @@ func chaosFactory(w *chaosWorld, f PolicyFactory) PolicyFactory {
 		if err != nil {
 			return nil, err
 		}
-		return newChaosPolicy(w, p, fmt.Sprintf("%s policy of pool %d", info.Tier, info.Pool)), nil
+		return newChaosPolicy(w, p, fmt.Sprintf("%s policy of pool %d", info.Tier, info.Pool), info.Tier), nil
 	}
 }

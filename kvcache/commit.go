@@ -43,8 +43,7 @@ func (c *Cache) Commit(id SeqID, upTo int) (err error) {
 	if err := c.lock("Commit"); err != nil {
 		return err
 	}
-	defer c.unlock()
-	defer c.reportBreach(&err)
+	defer c.unlock(&err)
 	s, err := c.lookupToChange(id)
 	if err != nil {
 		return err
@@ -69,8 +68,7 @@ func (c *Cache) Abort(id SeqID) (err error) {
 	if err := c.lock("Abort"); err != nil {
 		return err
 	}
-	defer c.unlock()
-	defer c.reportBreach(&err)
+	defer c.unlock(&err)
 	s, err := c.lookupToChange(id)
 	if err != nil {
 		return err

@@ -123,7 +123,9 @@ func LRUFactory(PoolInfo) (eviction.Policy[UnitID], error) {
 // caller. A sink may call the cache, mutating calls included (their events
 // are delivered after the current ones, in order). A panic in the sink is
 // recovered and counted (Stats.SinkPanics, Cache.SinkPanic); the sink still
-// gets the events that follow.
+// gets the events that follow. A sink that ends its goroutine
+// (runtime.Goexit, as t.FailNow does) loses the rest of that operation's
+// events, counted the same way, and later deliveries go on.
 type EventSink func(Event)
 
 // Config describes a Cache. Layout and GPU are required; every other field

@@ -34,7 +34,13 @@ var (
 	// panic (*PanicError): the operation was rolled back too, but since the
 	// batch's writes are unknown, the units left in the slots it would
 	// have written (victims given their slots back) are dropped and counted
-	// in TierStats.Lost. The cache is not poisoned.
+	// in TierStats.Lost. One of them may be a unit the operation's own
+	// sequence released in the same call (Truncate, Append and
+	// SparseAccess release pins first) and that the rollback pinned again:
+	// that sequence's KV is then unknown, so the sequence is ended as by
+	// Abort (counted in Stats.Aborted; later calls with its id return
+	// ErrUnknownSequence) and the error says "sequence N ended". The cache
+	// is not poisoned.
 	ErrCopyFailed = errors.New("kvcache: copy failed")
 	// ErrReentrant reports a call made from a callback the cache runs
 	// with its lock held (an eviction policy, the Mover, the cost model's

@@ -46,6 +46,9 @@ type eventLog struct {
 	// nested collects the batches of operations the sink makes during the
 	// running delivery; nil when no delivery runs.
 	nested *[]eventBatch
+	// skip holds the tickets of batches abandoned before their turn (see
+	// abandon).
+	skip map[uint64]bool
 	// delivering counts sink calls in progress, so that an operation
 	// looks at its own stack (inSink) only while one runs.
 	delivering atomic.Int32
@@ -137,6 +140,12 @@ func (q *eventLog) deliver(b eventBatch) {
 		return
 	}
 	var mine []eventBatch
+	done := false
+	defer func() {
+		if !done {
+			q.abandon(b, mine)
+		}
+	}()
 	for {
 		q.dmu.Lock()
 		for q.serving != b.ticket {
@@ -149,13 +158,47 @@ func (q *eventLog) deliver(b eventBatch) {
 		}
 		q.dmu.Lock()
 		q.nested = nil
-		q.serving++
-		q.turn.Broadcast()
+		q.advance()
 		q.dmu.Unlock()
 		if len(mine) == 0 {
+			done = true
 			return
 		}
 		b, mine = mine[0], mine[1:]
+	}
+}
+
+// advance ends the turn being served and moves to the next ticket not
+// abandoned (q.dmu held).
+func (q *eventLog) advance() {
+	q.serving++
+	for q.skip[q.serving] {
+		delete(q.skip, q.serving)
+		q.serving++
+	}
+	q.turn.Broadcast()
+}
+
+// abandon gives up batch b, whose delivery the sink cut short by ending
+// the goroutine (runtime.Goexit), and the batches it owned: their tickets
+// are skipped, so that later deliveries are not stuck behind them, and the
+// exit is counted like a sink panic.
+func (q *eventLog) abandon(b eventBatch, owned []eventBatch) {
+	q.panics.Add(1)
+	q.lastPanic.Store(newPanicError("EventSink", "runtime.Goexit called: the delivery was abandoned"))
+	q.dmu.Lock()
+	defer q.dmu.Unlock()
+	if q.skip == nil {
+		q.skip = make(map[uint64]bool)
+	}
+	for _, o := range owned {
+		q.skip[o.ticket] = true
+	}
+	if q.serving == b.ticket {
+		q.nested = nil
+		q.advance()
+	} else {
+		q.skip[b.ticket] = true
 	}
 }
 

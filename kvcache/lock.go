@@ -75,11 +75,13 @@ func (c *Cache) lock(call string) error {
 }
 
 // unlock ends a call that may have changed the cache: it keeps the tree
-// within its budget, records the Stats snapshot that callbacks of the next
-// operation see, releases the lock and delivers the call's events to the
-// sink.
-func (c *Cache) unlock() {
+// within its budget, reports a breach of a policy's contract met during
+// the call (the pruning included) through *err, records the Stats snapshot
+// that callbacks of the next operation see, releases the lock and delivers
+// the call's events to the sink.
+func (c *Cache) unlock(err *error) {
 	c.pruneMetadata()
+	c.reportBreach(err)
 	c.snap = c.stats()
 	b, ok := c.events.publish()
 	c.mu.Unlock()

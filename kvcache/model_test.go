@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -110,6 +113,8 @@ type modelConfig struct {
 	chaos int
 	// maxBlocks is Config.MaxBlocks.
 	maxBlocks int
+	// cpuPinnedLiar sets chaosWorld.cpuPinnedLiar (with chaos > 0).
+	cpuPinnedLiar bool
 }
 
 func constFactory(f PolicyFactory) func() PolicyFactory { return func() PolicyFactory { return f } }
@@ -181,6 +186,11 @@ type harness struct {
 	// poisoned is the ErrPolicy error that ended the run.
 	chaos    *chaosWorld
 	poisoned error
+	// sinkPanics counts the panics the event sink raised.
+	sinkPanics uint64
+	// costArmed, under chaos with a cost model, lets its weight function
+	// panic (once the cache is built: New probes it).
+	costArmed bool
 }
 
 func newHarness(t testing.TB, mc modelConfig, choose func(int) int) *harness {
@@ -193,12 +203,38 @@ func newHarness(t testing.TB, mc modelConfig, choose func(int) int) *harness {
 		ref: map[SeqID]*refSeq{}, counts: map[string]int{}, clock: &eviction.ManualClock{},
 		routed: map[uint64][]Tier{}}
 	cfg := Config{Layout: l, GPU: mc.gpu, CPU: mc.cpu, Mover: h.mover, CostModel: mc.cost, Clock: h.clock, MaxBlocks: mc.maxBlocks,
-		Events: func(e Event) { h.events = append(h.events, e); h.route(e) }}
+		Events: func(e Event) {
+			h.events = append(h.events, e)
+			h.route(e)
+			// A sink with a bug, now and then, after it recorded the
+			// event: the cache must count it and go on delivering.
+			if h.choose(64) == 0 {
+				h.sinkPanics++
+				panic("injected sink bug")
+			}
+		}}
 	if mc.policy != nil {
 		cfg.GPUPolicy, cfg.CPUPolicy = mc.policy(), mc.policy()
 	}
+	if mc.chaos > 0 && mc.cost != nil {
+		// The cost model decides what eviction does: a weight function
+		// with a bug poisons the cache like a policy.
+		cm := *mc.cost
+		weight := cm.Recompute.LayerWeight
+		if weight == nil {
+			weight = costmodel.SeedLayerWeight
+		}
+		cm.Recompute.LayerWeight = func(i, n int) float64 {
+			if h.costArmed && h.choose(mc.chaos) == 0 {
+				h.chaos.breaches["cost model panic"]++
+				panic("injected cost model bug")
+			}
+			return weight(i, n)
+		}
+		cfg.CostModel = &cm
+	}
 	if mc.chaos > 0 {
-		h.chaos = &chaosWorld{choose: choose, oneIn: mc.chaos, breaches: map[string]int{}}
+		h.chaos = &chaosWorld{choose: choose, oneIn: mc.chaos, breaches: map[string]int{}, cpuPinnedLiar: mc.cpuPinnedLiar}
 		for _, f := range []*PolicyFactory{&cfg.GPUPolicy, &cfg.CPUPolicy} {
 			if *f == nil {
 				*f = LRUFactory
@@ -208,6 +244,7 @@ func newHarness(t testing.TB, mc modelConfig, choose func(int) int) *harness {
 	}
 	h.c, err = New(cfg)
 	require.NoError(t, err)
+	h.costArmed = true
 	for range 4 {
 		b := make([]uint32, 8+choose(18))
 		for i := range b {
@@ -774,6 +811,7 @@ func (h *harness) checkAll() {
 		require.Equal(h.t, ts.Capacity, ts.Free+ts.Pinned+ts.Cached)
 	}
 	require.Zero(h.t, st.CPU.Pinned)
+	require.Equal(h.t, h.sinkPanics, st.SinkPanics, "step %d: sink panics counted", h.steps)
 	if h.poisoned == nil {
 		// The operation that met a breach may be half-done: its plan was
 		// not returned, so the ledger cannot follow it.
@@ -824,21 +862,44 @@ func (h *harness) requireSameState(before snapshot, why string) {
 }
 
 // expectOnlyLost asserts what a Mover's panic may change: units dropped
-// (TierStats.Lost), blocks left with nothing removed, and nothing else but
-// the implicit commit of an Append or Fork of sequence committing (0:
-// none); the sequences are as before.
-func (h *harness) expectOnlyLost(before snapshot, committing SeqID) {
+// (TierStats.Lost), blocks left with nothing removed, the operation's own
+// sequence ended when the rollback pinned one of its units in a slot the
+// batch may have written (err then says so), and nothing else but the
+// implicit commit of an Append or Fork of sequence committing (0: none);
+// the other sequences are as before.
+func (h *harness) expectOnlyLost(before snapshot, committing SeqID, err error) {
 	h.t.Helper()
 	after := h.snapshot()
 	lost := after.stats.GPU.Lost + after.stats.CPU.Lost - before.stats.GPU.Lost - before.stats.CPU.Lost
-	if committing == 0 {
+	var ended []SeqID
+	endedCommitting := false
+	for id := range before.seqs {
+		if _, ok := after.seqs[id]; !ok {
+			ended = append(ended, id)
+		}
+	}
+	require.LessOrEqual(h.t, len(ended), 1, "step %d: a Mover's panic ended sequences %v", h.steps, ended)
+	if len(ended) == 1 {
+		id := ended[0]
+		require.ErrorContains(h.t, err, fmt.Sprintf("sequence %d ended", id), "step %d", h.steps)
+		require.Equal(h.t, before.stats.Aborted+1, after.stats.Aborted, "step %d: an ended sequence counts as aborted", h.steps)
+		delete(before.seqs, id)
+		h.forget(id)
+		h.counts["sequence ended by a mover panic"]++
+		endedCommitting = committing == id
+	}
+	switch {
+	case endedCommitting:
+		// Its implicit commit stayed; nothing else is left of it.
+		require.Equal(h.t, before.seqs, after.seqs, "step %d: sequences changed by a Mover's panic", h.steps)
+	case committing == 0:
 		require.Equal(h.t, before.seqs, after.seqs, "step %d: sequences changed by a Mover's panic", h.steps)
 		for _, e := range h.events[before.events:] {
 			// Dropping units may leave blocks hollow (pruned) or empty
 			// (removed).
 			require.Contains(h.t, []EventKind{UnitDropped, BlockRemoved}, e.Kind, "step %d: a Mover's panic only drops units", h.steps)
 		}
-	} else {
+	default:
 		toks, err := h.c.SequenceTokens(nil, committing)
 		require.NoError(h.t, err)
 		require.True(h.t, slices.Equal(h.ref[committing].tokens, toks), "step %d: tokens of a failed call", h.steps)
@@ -948,7 +1009,7 @@ func (h *harness) step() {
 				// every byte left and the accounting.
 				require.True(h.t, h.mover.panics)
 				h.counts["mover panicked"]++
-				h.expectOnlyLost(before, committing)
+				h.expectOnlyLost(before, committing, err)
 				return false
 			}
 		} else {
@@ -1293,7 +1354,29 @@ func runModel(t testing.TB, mc modelConfig, seed uint64, steps int) *harness {
 	}
 	st := h.c.Stats()
 	require.Zero(t, st.GPU.Pinned)
+	// An idle cache may be cleared: every block goes, with one event.
+	require.NoError(t, h.c.Clear())
+	h.counts["clear"]++
+	after := h.c.Stats()
+	require.Zero(t, after.Blocks)
+	require.Zero(t, after.GPU.Cached+after.CPU.Cached)
+	require.Equal(t, st.Removed+uint64(st.Blocks), after.Removed)
+	require.Equal(t, AllCleared, h.events[len(h.events)-1].Kind)
+	h.checkAll()
 	return h
+}
+
+// modelSeeds returns how many seeds a randomized model test runs per
+// configuration: n, or the number in KVTIER_MODEL_SEEDS (CI sets it to run
+// longer than the inner loop can afford).
+func modelSeeds(t *testing.T, n uint64) uint64 {
+	v := os.Getenv("KVTIER_MODEL_SEEDS")
+	if v == "" {
+		return n
+	}
+	k, err := strconv.ParseUint(v, 10, 32)
+	require.NoError(t, err, "KVTIER_MODEL_SEEDS=%q", v)
+	return k
 }
 
 func TestModelRandomized(t *testing.T) {
@@ -1307,7 +1390,7 @@ func TestModelRandomized(t *testing.T) {
 	for _, mc := range modelConfigs() {
 		t.Run(mc.name, func(t *testing.T) {
 			total := map[string]int{}
-			for seed := range uint64(3) {
+			for seed := range modelSeeds(t, 3) {
 				h := runModel(t, mc, seed+1, steps)
 				for k, v := range h.counts {
 					total[k] += v
@@ -1356,6 +1439,44 @@ func TestModelChaos(t *testing.T) {
 			t.Logf("breaches: %v", breaches)
 			require.Positive(t, total["poisoned"], "no run was poisoned")
 			require.Positive(t, breaches["panic"], "no policy panicked")
+		})
+	}
+}
+
+// TestModelCPUPolicyEvictsPinned runs the model-based test with CPU
+// policies that, whenever the running operation has pinned one of their
+// keys (a unit being onboarded or recomputed, a copy-on-write source),
+// return it from Evict. The cache must take each such lie for what it is,
+// ErrPolicy, before the victim's offload can write the pinned unit's slot
+// (which the onboard or copy would then read) or the commit free it.
+func TestModelCPUPolicyEvictsPinned(t *testing.T) {
+	runs, steps := 30, 300
+	if testing.Short() || raceEnabled {
+		runs, steps = 8, 200
+	}
+	for _, mc := range modelConfigs() {
+		if mc.cpu == (Capacity{}) {
+			continue
+		}
+		t.Run(mc.name, func(t *testing.T) {
+			mc.chaos, mc.cpuPinnedLiar = math.MaxInt32, true
+			total, breaches := map[string]int{}, map[string]int{}
+			for seed := range uint64(runs) {
+				h := runModel(t, mc, seed+500, steps)
+				for k, v := range h.counts {
+					total[k] += v
+				}
+				for k, v := range h.chaos.breaches {
+					breaches[k] += v
+				}
+				if h.poisoned != nil {
+					require.ErrorContains(t, h.poisoned, "cpu policy of pool")
+					require.ErrorContains(t, h.poisoned, "Evict returned")
+				}
+			}
+			t.Logf("%v; breaches %v", total, breaches)
+			require.Positive(t, breaches["evict a pinned unit"], "no CPU policy returned a pinned unit")
+			require.Positive(t, total["poisoned"], "no run was poisoned")
 		})
 	}
 }

@@ -28,10 +28,14 @@ type Copy struct {
 //   - The cache calls Copy with its lock held and never concurrently; the
 //     batch slice is only valid during the call. Copy may call Stats and
 //     the configuration getters of the cache; any other method returns
-//     ErrReentrant.
+//     ErrReentrant. It must not wait for another goroutine that calls the
+//     cache: that goroutine waits for the lock Copy's caller holds, and
+//     the cache cannot see the cycle.
 //   - A panic is recovered and fails the operation with ErrCopyFailed (see
 //     there): since the batch's writes are then unknown, the units left in
-//     its destination slots after the rollback are dropped.
+//     its destination slots after the rollback are dropped, and a sequence
+//     that pins one of them (the operation's own, which had released it in
+//     the same call) is ended.
 type Mover interface {
 	Copy(batch []Copy) error
 }

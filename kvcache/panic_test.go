@@ -210,6 +210,51 @@ func TestMoverPanicIsRecovered(t *testing.T) {
 	require.NoError(t, c.checkInvariants())
 }
 
+// TestMoverPanicOverTheSequencesOwnUnit: an operation may evict a unit its
+// own sequence unpinned in the same call (Truncate releases the blocks past
+// its new end first). When the Mover panics, the rollback pins that unit
+// again, but the batch may have overwritten its slot: the sequence's KV is
+// unknown, so the sequence is ended (as by Abort) and the unit dropped,
+// rather than left pinned with bytes nobody can vouch for (before, it was
+// dropped while still pinned: a hole in the sequence's block table and a
+// pin on a unit with no slot).
+func TestMoverPanicOverTheSequencesOwnUnit(t *testing.T) {
+	l := tinyLayout(t, layout.AllLayers, nil)
+	gpu := Capacity{Units: 2}
+	store, err := NewMemoryStore(l, gpu, Capacity{})
+	require.NoError(t, err)
+	m := &panickyMover{inner: store}
+	c, err := New(Config{Layout: l, GPU: gpu, Mover: m})
+	require.NoError(t, err)
+	a, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
+	require.NoError(t, err)
+	finish(t, c, a.Seq)
+	b, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
+	require.NoError(t, err)
+	require.Equal(t, 2, b.HitUnits)
+	// Cutting into the first block (cached, with a child) copies it on
+	// write: the copy needs a slot, and the only evictable unit is the
+	// second block's, which the Truncate itself just unpinned.
+	m.armed = true
+	var err2 error
+	require.NotPanics(t, func() { _, err2 = c.Truncate(b.Seq, 6) })
+	require.ErrorIs(t, err2, ErrCopyFailed)
+	require.ErrorContains(t, err2, fmt.Sprintf("sequence %d ended", b.Seq))
+	require.NoError(t, c.checkInvariants())
+	_, err = c.Len(b.Seq)
+	require.ErrorIs(t, err, ErrUnknownSequence)
+	st := c.Stats()
+	require.Equal(t, uint64(1), st.GPU.Lost, "the second block's unit may have been overwritten")
+	require.Zero(t, st.GPU.Pinned)
+	require.Equal(t, uint64(1), st.Aborted)
+	// The cache goes on: the first block is still cached, the second is
+	// recomputed.
+	p, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
+	require.NoError(t, err)
+	require.Equal(t, []TokenRange{{Start: 4, End: 8}}, p.Compute)
+	require.NoError(t, c.checkInvariants())
+}
+
 // TestCostModelPanicIsRecovered: a cost model whose weight function panics
 // while the cache decides a victim's fate poisons the cache like a policy.
 func TestCostModelPanicIsRecovered(t *testing.T) {

@@ -46,9 +46,10 @@ func (c *Cache) abort(err error) error {
 	return err
 }
 
-// reportBreach is deferred by every mutating method: an operation during
-// which a policy broke its contract (a panic in a call that returns
-// nothing, such as Unpin) returns the poison error even if it completed.
+// reportBreach makes every mutating method (through unlock) return the
+// poison error when a policy broke its contract during the call, even if
+// the call completed (a panic in a call that returns nothing, such as
+// Unpin, or in the Remove of a pruned unit).
 func (c *Cache) reportBreach(err *error) {
 	if *err == nil && c.poisoned != nil {
 		*err = c.poisoned

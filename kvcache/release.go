@@ -23,8 +23,7 @@ func (c *Cache) Release(id SeqID) (err error) {
 	if err := c.lock("Release"); err != nil {
 		return err
 	}
-	defer c.unlock()
-	defer c.reportBreach(&err)
+	defer c.unlock(&err)
 	s, err := c.lookupToChange(id)
 	if err != nil {
 		return err

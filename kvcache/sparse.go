@@ -74,8 +74,7 @@ func (c *Cache) SparseAccess(id SeqID, layer int, heads [][]int64, res *SparseRe
 	if err := c.lock("SparseAccess"); err != nil {
 		return err
 	}
-	defer c.unlock()
-	defer c.reportBreach(&err)
+	defer c.unlock(&err)
 	s, err := c.lookupToChange(id)
 	if err != nil {
 		return err
@@ -117,6 +116,7 @@ func (c *Cache) SparseAccess(id SeqID, layer int, heads [][]int64, res *SparseRe
 	c.scratch.units = keys
 	res.reset()
 	c.tx.reset()
+	c.tx.seq = s
 	c.queueStepUnpins(s)
 	for _, k := range keys {
 		sl, b := int(k>>32), int(uint32(k))

@@ -33,8 +33,7 @@ func (c *Cache) Truncate(id SeqID, n int) (_ Plan, err error) {
 	if err := c.lock("Truncate"); err != nil {
 		return Plan{}, err
 	}
-	defer c.unlock()
-	defer c.reportBreach(&err)
+	defer c.unlock(&err)
 	s, err := c.lookupToChange(id)
 	if err != nil {
 		return Plan{}, err
@@ -72,6 +71,7 @@ func (c *Cache) Truncate(id SeqID, n int) (_ Plan, err error) {
 	oldWrite := s.writeFrom
 	lo, copies := c.repinRange(s, newBlocks, min(s.writeFrom, L), L%B != 0, cowDst, cowSrc)
 	c.tx.reset()
+	c.tx.seq = s
 	c.queuePinDiff(s.blocks, s.pinLo, s.pinHi, newBlocks, lo, nb, cowDst, cowSrc)
 	c.queueStepUnpins(s)
 	if err := c.runTxn(); err != nil {
@@ -202,8 +202,7 @@ func (c *Cache) Fork(id SeqID) (_ Plan, err error) {
 	if err := c.lock("Fork"); err != nil {
 		return Plan{}, err
 	}
-	defer c.unlock()
-	defer c.reportBreach(&err)
+	defer c.unlock(&err)
 	s, err := c.lookupToChange(id)
 	if err != nil {
 		return Plan{}, err

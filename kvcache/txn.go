@@ -92,6 +92,10 @@ type txn struct {
 	tempCPU    []UnitID
 	perPool    []int
 	crossings  []crossing
+	// seq is the live sequence the operation changes (Append, Truncate,
+	// SparseAccess), nil for one it creates: the units the operation
+	// unpins are its (see copyFailed).
+	seq *sequence
 	// recording says whether the policies were told Begin.
 	recording bool
 }
@@ -106,6 +110,7 @@ func (t *txn) reset() {
 	t.tempGPU = t.tempGPU[:0]
 	t.tempCPU = t.tempCPU[:0]
 	t.crossings = t.crossings[:0]
+	t.seq = nil
 }
 
 func (t *txn) log(k undoKind, tier Tier, pool int, slot int32, u UnitID) {
@@ -357,6 +362,9 @@ func (c *Cache) commitPolicies() {
 // Mover that returned an error wrote nothing (its contract); one that
 // panicked may have written any destination, so the units left in those
 // slots after the rollback (victims given their slots back) are dropped.
+// A victim the operation's own sequence had unpinned in the same call is
+// pinned again by the rollback: that sequence's KV is then unknown, so it
+// is ended (as by Abort) before its units are dropped.
 func (c *Cache) copyFailed(err error) error {
 	t := &c.tx
 	var pe *PanicError
@@ -364,15 +372,31 @@ func (c *Cache) copyFailed(err error) error {
 		return c.abort(fmt.Errorf("%w: batch of %d copies: %w", ErrCopyFailed, len(t.batch), err))
 	}
 	c.scratch.lost = append(c.scratch.lost[:0], t.batch...)
-	n := len(t.batch)
+	n, seq := len(t.batch), t.seq
 	err = c.abort(fmt.Errorf("%w: batch of %d copies: %w", ErrCopyFailed, n, err))
+	for _, cp := range c.scratch.lost {
+		if u := c.arenaOf(cp.To, cp.Pool).owner[cp.ToSlot]; u != noUnit && cp.To == GPU && c.uPins[c.ix(u)] > 0 && seq != nil {
+			c.end(seq)
+			c.st.aborted++
+			err = fmt.Errorf("%w; sequence %d ended: the batch may have overwritten KV it holds", err, seq.id)
+			break
+		}
+	}
 	for _, cp := range c.scratch.lost {
 		a := c.arenaOf(cp.To, cp.Pool)
 		u := a.owner[cp.ToSlot]
 		if u == noUnit {
 			continue
 		}
-		// A victim put back: evictable, so not pinned.
+		if cp.To == GPU && c.uPins[c.ix(u)] > 0 {
+			// Only the operation's sequence can pin a victim again, and
+			// it has ended; should another pin remain, no slot whose
+			// bytes are unknown may be served.
+			if c.poisoned == nil {
+				c.poisoned = fmt.Errorf("%w: unit %d is pinned in a slot the batch may have written", err, u)
+			}
+			continue
+		}
 		a.lost++
 		c.dropResident(u)
 	}
