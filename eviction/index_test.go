@@ -13,17 +13,24 @@ import (
 	"github.com/kvtier/kvtier/eviction/evictiontest"
 )
 
-// indexKinds are the two indexes every slab-backed policy is tested with:
-// the default Go map (a nil Index) and a DenseIndex.
-var indexKinds = []string{"map", "dense"}
+// indexKinds are the indexes every slab-backed policy is tested with: the
+// default Go map (a nil Index), a DenseIndex, and a TaggedIndex with so few
+// slot bits (taggedBits) that most keys share a slot with another key and
+// go through its overflow map.
+var indexKinds = []string{"map", "dense", "tagged"}
+
+const taggedBits = 5
 
 // newIndex returns the index of kind for int keys up to maxKey: nil (the
-// map) or a new DenseIndex. It panics on a bad maxKey, which the tests never
-// pass: it is called from policy factories that have no *testing.T of their
-// own.
+// map), a new DenseIndex or a new TaggedIndex. It panics on a bad maxKey,
+// which the tests never pass: it is called from policy factories that have
+// no *testing.T of their own.
 func newIndex(kind string, maxKey int) eviction.Index[int] {
-	if kind == "map" {
+	switch kind {
+	case "map":
 		return nil
+	case "tagged":
+		return must(eviction.NewTaggedIndex[int](taggedBits))
 	}
 	idx, err := eviction.NewDenseIndex(maxKey)
 	if err != nil {
@@ -68,29 +75,31 @@ func indexedPolicies() []indexedPolicy {
 }
 
 // TestDenseIndexConformance runs the conformance suite on every policy with
-// a DenseIndex covering the suite's keys.
+// a DenseIndex covering the suite's keys, and with a TaggedIndex.
 func TestDenseIndexConformance(t *testing.T) {
-	for _, ip := range indexedPolicies() {
-		t.Run(ip.name, func(t *testing.T) {
-			evictiontest.Run(t, func(cfg evictiontest.Config) eviction.Policy[int] {
-				return must(ip.build(cfg.Clock, cfg.Capacity, newIndex("dense", evictiontest.MaxKey)))
+	for _, kind := range indexKinds[1:] {
+		for _, ip := range indexedPolicies() {
+			t.Run(kind+"/"+ip.name, func(t *testing.T) {
+				evictiontest.Run(t, func(cfg evictiontest.Config) eviction.Policy[int] {
+					return must(ip.build(cfg.Clock, cfg.Capacity, newIndex(kind, evictiontest.MaxKey)))
+				})
 			})
-		})
+		}
 	}
 }
 
 // TestDenseIndexMatchesMap feeds the same random operations, with pins,
 // priority durations, sizes and (for S3FIFO) Admit calls, to each policy
-// built with a map and with a DenseIndex: every victim, Len and Admit
-// answer must be the same.
+// built with a map, a DenseIndex and a TaggedIndex: every victim, Len and
+// Admit answer must be the same.
 func TestDenseIndexMatchesMap(t *testing.T) {
 	const universe, capacity = 300, 120
 	for _, ip := range indexedPolicies() {
 		for seed := range uint64(8) {
 			t.Run(fmt.Sprintf("%s/seed%d", ip.name, seed), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(seed, 17))
-				var clocks [2]*eviction.ManualClock
-				var ps [2]eviction.Policy[int]
+				var clocks [3]*eviction.ManualClock
+				var ps [3]eviction.Policy[int]
 				for j, kind := range indexKinds {
 					clocks[j] = new(eviction.ManualClock)
 					p, err := ip.build(clocks[j], capacity, newIndex(kind, universe-1))
@@ -108,7 +117,7 @@ func TestDenseIndexMatchesMap(t *testing.T) {
 					if rng.IntN(4) == 0 {
 						e.PriorityDuration = 100 * time.Millisecond
 					}
-					var got [2]string
+					var got [3]string
 					for j, p := range ps {
 						switch op {
 						case 0, 1:
@@ -134,6 +143,7 @@ func TestDenseIndexMatchesMap(t *testing.T) {
 						got[j] += fmt.Sprintf(" len %d", p.Len())
 					}
 					require.Equal(t, got[0], got[1], "step %d: op %d on key %d: map vs dense", step, op, k)
+					require.Equal(t, got[0], got[2], "step %d: op %d on key %d: map vs tagged", step, op, k)
 				}
 				for j := range ps { // the whole eviction order, pins lifted
 					for k := range universe {
@@ -143,7 +153,9 @@ func TestDenseIndexMatchesMap(t *testing.T) {
 				for {
 					k0, ok0 := ps[0].Evict()
 					k1, ok1 := ps[1].Evict()
+					k2, ok2 := ps[2].Evict()
 					require.Equal(t, fmt.Sprint(k0, ok0), fmt.Sprint(k1, ok1), "drain")
+					require.Equal(t, fmt.Sprint(k0, ok0), fmt.Sprint(k2, ok2), "drain")
 					if !ok0 {
 						break
 					}
@@ -327,4 +339,79 @@ func TestDenseIndexErrorsAreDistinct(t *testing.T) {
 		require.False(t, errors.Is(err, other), "wraps %v", other)
 	}
 	require.ErrorIs(t, p.Insert(4, eviction.NewEntry(0)), eviction.ErrInvalidEntry, "the entry is checked first")
+}
+
+// TestTaggedIndex checks the TaggedIndex on its own: keys that share their
+// low bits (a reused number with a new generation in the high bits) are all
+// found, through the overflow map, and leave it when deleted; negative keys
+// and keys whose slot is past MaxDenseKey are refused; bad low bits are a
+// config error; once its slots cover the keys, a cycle allocates nothing.
+func TestTaggedIndex(t *testing.T) {
+	_, err := eviction.NewTaggedIndex[uint64](0)
+	require.ErrorIs(t, err, eviction.ErrInvalidConfig)
+	_, err = eviction.NewTaggedIndex[uint64](64)
+	require.ErrorIs(t, err, eviction.ErrInvalidConfig)
+	require.Contains(t, err.Error(), "64")
+
+	idx, err := eviction.NewTaggedIndex[uint64](8)
+	require.NoError(t, err)
+	p, err := eviction.NewLRUWithIndex[uint64](idx)
+	require.NoError(t, err)
+	gen := func(g, slot uint64) uint64 { return g<<8 | slot }
+	// Three generations of slot 7, and slot 9.
+	for _, k := range []uint64{gen(0, 7), gen(1, 7), gen(2, 7), gen(0, 9)} {
+		require.NoError(t, p.Insert(k, eviction.NewEntry(1)))
+	}
+	require.Equal(t, 4, idx.Len())
+	require.Equal(t, 2, idx.Overflow(), "two keys share slot 7 with the first")
+	p.Pin(gen(1, 7))
+	p.Remove(gen(0, 7)) // the slot's own key leaves; the others stay in the overflow
+	require.Equal(t, 3, p.Len())
+	for _, want := range []uint64{gen(2, 7), gen(0, 9)} {
+		k, ok := p.Evict()
+		require.True(t, ok)
+		require.Equal(t, want, k)
+	}
+	_, ok := p.Evict()
+	require.False(t, ok, "the pinned key stays")
+	p.Unpin(gen(1, 7))
+	k, ok := p.Evict()
+	require.True(t, ok)
+	require.Equal(t, gen(1, 7), k)
+	require.Zero(t, idx.Len())
+	require.Zero(t, idx.Overflow())
+
+	signed, err := eviction.NewTaggedIndex[int64](4)
+	require.NoError(t, err)
+	q, err := eviction.NewFIFOWithIndex[int64](signed)
+	require.NoError(t, err)
+	require.ErrorIs(t, q.Insert(-3, eviction.NewEntry(1)), eviction.ErrKeyOutOfRange)
+	wide, err := eviction.NewTaggedIndex[uint64](40)
+	require.NoError(t, err)
+	r, err := eviction.NewFIFOWithIndex[uint64](wide)
+	require.NoError(t, err)
+	err = r.Insert(uint64(eviction.MaxDenseKey)+1, eviction.NewEntry(1))
+	require.ErrorIs(t, err, eviction.ErrKeyOutOfRange)
+	require.Contains(t, err.Error(), fmt.Sprint(uint64(eviction.MaxDenseKey)+1))
+	require.Zero(t, r.Len())
+
+	// Steady state: generations come and go over 1000 slots.
+	steady, err := eviction.NewTaggedIndex[uint64](10)
+	require.NoError(t, err)
+	s, err := eviction.NewLRUWithIndex[uint64](steady)
+	require.NoError(t, err)
+	for slot := range uint64(1000) {
+		require.NoError(t, s.Insert(slot, eviction.NewEntry(1)))
+	}
+	g := uint64(1)
+	allocs := testing.AllocsPerRun(2000, func() {
+		v, ok := s.Evict()
+		if !ok {
+			return
+		}
+		g++
+		_ = s.Insert(v&(1<<10-1)|g<<10, eviction.NewEntry(1))
+	})
+	require.Zero(t, allocs)
+	require.Zero(t, steady.Overflow())
 }
