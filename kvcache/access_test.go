@@ -32,7 +32,7 @@ func TestHitsReachThePolicy(t *testing.T) {
 		}
 		return p, nil
 	}
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 6}, GPUPolicy: factory})
+	c, err := New(Config{Layout: l, Tiers: tiersOf(Capacity{Units: 6}, Capacity{}, factory, nil)})
 	require.NoError(t, err)
 	prompt := seqTokens(8, 0)
 	a, err := c.Acquire(Request{Tokens: prompt})
@@ -41,20 +41,20 @@ func TestHitsReachThePolicy(t *testing.T) {
 	require.NoError(t, c.Commit(a.Seq, len(prompt))) // the prefill ran
 	b, err := c.Acquire(Request{Tokens: prompt})
 	require.NoError(t, err)
-	require.Equal(t, 4, b.HitUnits)
+	require.Equal(t, 4, b.Hits)
 	require.Len(t, gp.accesses, 4)
 	for _, n := range gp.accesses {
 		require.Equal(t, 1, n)
 	}
 	var res SparseResult
-	require.NoError(t, c.SparseAccess(b.Seq, 1, [][]int64{{0}, nil, {1}, nil}, &res))
+	require.NoError(t, c.SparseAccess(b.Seq, byQueryHeads(c.Layout(), 1, [][]int64{{0}, nil, {1}, nil}), &res))
 	require.Equal(t, 2, res.Hits)
 	total := 0
 	for _, n := range gp.accesses {
 		total += n
 	}
 	require.Equal(t, 6, total)
-	require.Equal(t, uint64(6), c.Stats().GPU.Hits)
+	require.Equal(t, uint64(6), c.Stats().Tier(GPU).Hits)
 	// Hits of an Acquire that fails with ErrNoSpace are not reported.
 	_, err = c.Acquire(Request{Tokens: append(seqTokens(8, 0), seqTokens(8, 50)...)})
 	require.ErrorIs(t, err, ErrNoSpace)
@@ -73,8 +73,7 @@ func TestHitsReachThePolicy(t *testing.T) {
 // report hits to the policy: S3-FIFO counts them in Access, not in Pin.
 func TestS3FIFOKeepsAHitBlockThroughAScan(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, nil) // 2 units per block
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 20},
-		GPUPolicy: S3FIFOFactory(eviction.S3FIFOConfig{MoveToMainThreshold: 1})})
+	c, err := New(Config{Layout: l, Tiers: tiersOf(Capacity{Units: 20}, Capacity{}, S3FIFOPolicy(eviction.S3FIFOConfig{MoveToMainThreshold: 1}), nil)})
 	require.NoError(t, err)
 	once := func(base uint32) Plan {
 		t.Helper()
@@ -89,14 +88,14 @@ func TestS3FIFOKeepsAHitBlockThroughAScan(t *testing.T) {
 		once(uint32(1000 + 10*i))
 	}
 	hot := uint32(7)
-	require.Equal(t, 2, once(hot).FreshUnits)
-	require.Equal(t, 2, once(hot).HitUnits)
+	require.Equal(t, 2, once(hot).Computed)
+	require.Equal(t, 2, once(hot).Hits)
 	for i := range 20 {
 		once(uint32(5000 + 10*i))
 	}
 	p := once(hot)
-	require.Equal(t, 2, p.HitUnits, "the hot block survived the scan")
-	require.Zero(t, p.FreshUnits)
+	require.Equal(t, 2, p.Hits, "the hot block survived the scan")
+	require.Zero(t, p.Computed)
 }
 
 // entryRecorder is an LRU that remembers the last Entry inserted per key.
@@ -125,13 +124,13 @@ func TestPositionWeightCountsThePrompt(t *testing.T) {
 		}
 		return p, nil
 	}
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 32}, GPUPolicy: factory})
+	c, err := New(Config{Layout: l, Tiers: tiersOf(Capacity{Units: 32}, Capacity{}, factory, nil)})
 	require.NoError(t, err)
 	chunks := func(seq SeqID, n int) []int {
 		var out []int
 		for b := range n {
 			c.mu.Lock()
-			e := gp.entries[c.unit(c.seqs[seq].blocks[b], 0)]
+			e := gp.entries[c.units.id(c.seqs[seq].blocks[b], 0)]
 			c.mu.Unlock()
 			require.Equal(t, b, e.Chunk)
 			require.Equal(t, int64(4*b), e.ContextTokens)
@@ -195,7 +194,7 @@ func TestStepPinsReleaseTailFirst(t *testing.T) {
 		}
 		return p, nil
 	}
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 64}, GPUPolicy: factory})
+	c, err := New(Config{Layout: l, Tiers: tiersOf(Capacity{Units: 64}, Capacity{}, factory, nil)})
 	require.NoError(t, err)
 	prompt := seqTokens(16, 0) // 4 blocks
 	p, err := c.Acquire(Request{Tokens: prompt, Sparse: true})
@@ -211,8 +210,8 @@ func TestStepPinsReleaseTailFirst(t *testing.T) {
 	index := map[UnitID]int{}
 	c.mu.Lock()
 	for i, b := range c.seqs[p.Seq].blocks {
-		for sl := range c.numSlices {
-			index[c.unit(b, sl)] = i
+		for sl := range c.geom.slices {
+			index[c.units.id(b, sl)] = i
 		}
 	}
 	c.mu.Unlock()
@@ -227,14 +226,14 @@ func TestStepPinsReleaseTailFirst(t *testing.T) {
 	}
 	every := [][]int64{{0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3}, {0, 1, 2, 3}}
 	var res SparseResult
-	require.NoError(t, c.SparseAccess(p.Seq, 0, every, &res)) // layer 0, both KV heads: 8 units
+	require.NoError(t, c.SparseAccess(p.Seq, byQueryHeads(c.Layout(), 0, every), &res)) // layer 0, both KV heads: 8 units
 	require.Equal(t, 8, res.Hits)
 	gp.unpins = gp.unpins[:0]
 	_, err = c.Append(p.Seq, 100) // still block 4: only the step's pins go
 	require.NoError(t, err)
 	require.Equal(t, []int{3, 3, 2, 2, 1, 1, 0, 0}, blocksOf(gp.unpins))
 
-	require.NoError(t, c.SparseAccess(p.Seq, 1, every, &res))
+	require.NoError(t, c.SparseAccess(p.Seq, byQueryHeads(c.Layout(), 1, every), &res))
 	gp.unpins = gp.unpins[:0]
 	finish(t, c, p.Seq)
 	require.Equal(t, []int{4, 4, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0}, blocksOf(gp.unpins))

@@ -10,23 +10,22 @@ import (
 // Acquire starts a sequence for req and returns its plan.
 //
 // A dense request takes its whole prompt: the longest cached prefix is
-// matched (whole blocks, same namespace, LoRA and extra keys), every unit of
-// every prompt block is pinned on the GPU (hits stay, CPU units are copied
-// back, dropped or missing units get fresh slots), and the prompt's full
-// blocks are committed to the prefix tree at once, so another request can
-// reuse them immediately (the server computes them in the same step, as in
-// vLLM: a forward pass writes a layer's KV before attention reads it). The
-// Plan's Compute lists the tokens to compute: uncached ones, and cached
+// matched (whole blocks, same namespace, LoRA and extra keys), and every
+// unit of every prompt block is pinned on the GPU (hits stay, units on a
+// lower tier are copied back, dropped or missing units get fresh slots).
+// The Plan's Compute lists the tokens to compute: uncached ones, and cached
 // blocks a unit of which was dropped (their tokens are recomputed, while
 // later blocks may still hit, as in Pensieve). A recomputed block's units
-// on the CPU are not copied back, since the recompute would overwrite them:
-// they get fresh slots and their CPU copies are released (Plan.FreshUnits;
-// events UnitDropped then UnitRestored). Its units already on the GPU stay
-// pinned where they are (Plan.HitUnits): the recompute writes the same
-// bytes into them.
+// on a lower tier are not copied back, since the recompute would overwrite
+// them: they get fresh slots and their copies are released (counted in
+// Computed; events moving them to Dropped, then to the GPU); its units
+// already on the GPU stay pinned where they are (Hits): the recompute
+// writes the same bytes into them. The blocks the server computes stay
+// private to the sequence until it declares them written (Commit, or the
+// sequence's next Append): nobody else reads KV that may not exist yet.
 //
 // A sparse request (req.Sparse) takes only the cached prefix of full blocks
-// whose units all hold bytes (on the GPU or the CPU), without pinning any:
+// whose units all hold bytes (on any tier), without pinning any:
 // SparseAccess brings them to the GPU when a step selects them. The rest of
 // the prompt (Plan.Pending tokens) is the server's to Append, block by block,
 // so the GPU need not hold the whole context.
@@ -62,7 +61,8 @@ func (c *Cache) Acquire(req Request) (_ Plan, err error) {
 		p.Ranges = slices.Clone(p.Ranges)
 		s.prio = &p
 	}
-	s.promptBlocks = c.numBlocks(len(req.Tokens))
+	s.promptBlocks = c.geom.numBlocks(len(req.Tokens))
+	c.begin(nil)
 	if req.Sparse {
 		return c.acquireSparse(s, req.Tokens, nodes), nil
 	}
@@ -72,40 +72,40 @@ func (c *Cache) Acquire(req Request) (_ Plan, err error) {
 func (c *Cache) acquireSparse(s *sequence, tokens []uint32, nodes []*radix.Node[int32]) Plan {
 	k := 0
 	for _, n := range nodes {
-		if c.blocks[n.Value].held != int32(c.numSlices) {
+		if !c.whole(n.Value) {
 			break
 		}
 		k++
 	}
 	writing := c.beingWritten(c.matchState(s.keys, nodes[:k]), tokens, s.extra, k)
-	s.tokens = slices.Clone(tokens[:k*c.blockTokens])
+	s.tokens = slices.Clone(tokens[:k*c.geom.blockTokens])
 	s.blocks = make([]int32, k)
 	for i, n := range nodes[:k] {
 		s.blocks[i] = n.Value
-		c.addRef(n.Value, true)
+		c.ref(n.Value, true)
 	}
 	s.writeFrom = len(s.tokens)
 	s.firstPrivate = k
-	s.pinLo = c.wantLo(nil, s)
-	s.pinHi = k
+	s.pinLo = c.wantLo(nil, true, s.writeFrom)
 	c.register(s)
+	c.syncTables(s)
 	return Plan{Seq: s.id, Tokens: len(s.tokens), Pending: len(tokens) - len(s.tokens), ReusedTokens: len(s.tokens),
 		BeingWrittenTokens: writing}
 }
 
 func (c *Cache) acquireDense(s *sequence, tokens []uint32, nodes []*radix.Node[int32]) (Plan, error) {
-	B := c.blockTokens
-	nb := c.numBlocks(len(tokens))
+	B := c.geom.blockTokens
+	nb := c.geom.numBlocks(len(tokens))
 	matched := len(nodes)
 	writing := c.beingWritten(c.matchState(s.keys, nodes), tokens, s.extra, matched)
 	blocks := make([]int32, 0, nb)
 	s.firstPrivate = matched
 	for i, n := range nodes {
-		// Referenced before the transaction so that no collection during
-		// it can forget a matched block; a recomputed block keeps the
-		// reference as its copy's twin.
-		c.addRef(n.Value, false)
-		if c.lacksBytes(n.Value, nil) {
+		// Referenced before the transaction runs so that no collection
+		// during it can forget a matched block; a recomputed block keeps
+		// the reference as its copy's twin.
+		c.ref(n.Value, false)
+		if !c.whole(n.Value) {
 			// A dense Acquire pins every unit of every prompt block: a
 			// block with a dropped unit is recomputed whole, into a
 			// private copy that its commit merges back.
@@ -117,85 +117,39 @@ func (c *Cache) acquireDense(s *sequence, tokens []uint32, nodes []*radix.Node[i
 	}
 	for i := matched; i < nb; i++ {
 		prio, dur := c.priority(s, i)
-		b := c.allocBlock(i, s.chunks(nb), prio, dur)
-		c.addRef(b, false)
+		b := c.newBlock(i, s.chunks(nb), prio, dur)
+		c.ref(b, false)
 		blocks = append(blocks, b)
 	}
-	s.writeFrom = 0
-	lo := c.wantLo(nil, s)
-	c.tx.reset()
-	c.queuePinDiff(nil, nil, 0, blocks, lo, nb, -1, -1)
-	if err := c.runTxn(); err != nil {
-		for i, b := range blocks {
-			if c.blocks[b].node == nil {
-				c.dropNew(b)
-			}
-			if i < matched {
-				c.unref(nodes[i].Value, false) // a recompute copy's twin too
-			}
-		}
+	s.blocks = blocks
+	s.pinLo = c.wantLo(nil, false, 0)
+	c.queuePins(pinSpan{}, s.span(), 0, -1, -1)
+	if err := c.execute(); err != nil {
 		return Plan{}, err
 	}
-	var plan Plan
-	c.fillPlan(&plan)
+	s.tokens = slices.Clone(tokens)
+	c.register(s)
+	plan := Plan{Seq: s.id, Tokens: len(tokens), BeingWrittenTokens: writing}
+	c.fillPlan(&plan, s)
+	compute := s.compute[:0]
 	for _, i := range c.scratch.fresh {
 		end := min((i+1)*B, len(tokens))
-		plan.Compute = addRange(plan.Compute, i*B, end)
+		compute = addRange(compute, i*B, end)
 		if i < matched {
 			plan.RecomputeTokens += end - i*B
 		}
 	}
-	plan.Compute = addRange(plan.Compute, matched*B, len(tokens))
+	compute = addRange(compute, matched*B, len(tokens))
+	s.compute = compute
+	plan.Compute = compute
 	plan.ReusedTokens = len(tokens)
-	for _, r := range plan.Compute {
+	for _, r := range compute {
 		plan.ReusedTokens -= r.Len()
 	}
-	plan.BeingWrittenTokens = writing
-	c.countAccess()
+	c.countLookups()
 	c.st.recomputed += int64(plan.RecomputeTokens)
-
-	s.tokens = slices.Clone(tokens)
-	s.blocks = blocks
-	s.pinLo = lo
-	s.pinHi = nb
+	c.syncTables(s)
 	// The new full blocks stay private until the server commits them.
 	c.indexWriting(s, matched)
-	c.register(s)
-	c.collectPending()
-	plan.Seq = s.id
-	plan.Tokens = len(tokens)
 	return plan, nil
-}
-
-// register gives s an id and makes it live.
-func (c *Cache) register(s *sequence) {
-	s.id = c.nextSeq
-	c.nextSeq++
-	c.seqs[s.id] = s
-}
-
-// countAccess adds the committed transaction's needs to the hit and miss
-// counters of their pools, and reports each hit to the GPU policy (Access):
-// pinning is not a use for every policy (S3-FIFO counts hits in Access
-// only). Policies known to ignore it are skipped (see tellsHits).
-func (c *Cache) countAccess() {
-	for i := range c.tx.needs {
-		n := &c.tx.needs[i]
-		p := c.poolOfUnit(n.u)
-		switch n.act {
-		case actHit:
-			c.gpu[p].hits++
-			if a := c.gpu[p]; a.tellHits {
-				a.policyAccess(n.u)
-			}
-		case actOnboard:
-			c.gpu[p].misses++
-			c.cpu[p].hits++
-		case actFresh, actRecompute:
-			// A CPU copy given up because its block is recomputed
-			// served nothing: a CPU miss (see TierStats).
-			c.gpu[p].misses++
-			c.cpu[p].misses++
-		}
-	}
 }

@@ -9,11 +9,11 @@ import (
 // Admission is the answer of Admit: what a request would still need from
 // the GPU after reuse.
 type Admission struct {
-	// ReusedTokens is how many prompt tokens the cache holds (on the GPU or
-	// the CPU) in blocks that need no recompute.
+	// ReusedTokens is how many prompt tokens the cache holds (on any tier)
+	// in blocks that need no recompute.
 	ReusedTokens int
 	// NeedSlots is the number of GPU slots the request would take: units
-	// to onboard from the CPU plus fresh units to compute. For a sparse
+	// to onboard from lower tiers plus fresh units to compute. For a sparse
 	// request it is the slots of one block (its first Append) when
 	// tokens remain to prefill, else 0.
 	NeedSlots int
@@ -53,14 +53,15 @@ func (c *Cache) Admit(req Request) (Admission, error) {
 	if err != nil {
 		return Admission{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
-	B := c.blockTokens
-	need := make([]int, len(c.pools))
-	pinning := make([]int, len(c.pools))
+	g := c.geom
+	B := g.blockTokens
+	need := make([]int, len(g.pools))
+	pinning := make([]int, len(g.pools))
 	var a Admission
 	if req.Sparse {
 		k := 0
 		for _, n := range nodes {
-			if c.blocks[n.Value].held != int32(c.numSlices) {
+			if !c.whole(n.Value) {
 				break
 			}
 			k++
@@ -68,46 +69,46 @@ func (c *Cache) Admit(req Request) (Admission, error) {
 		a.BeingWrittenTokens = c.beingWritten(c.matchState(keys, nodes[:k]), req.Tokens, req.Extra, k)
 		a.ReusedTokens = k * B
 		if len(req.Tokens) > k*B {
-			for p := range c.pools {
-				need[p] = c.pools[p].unitsPerBlock
+			for p := range g.pools {
+				need[p] = g.pools[p].unitsPerBlock
 			}
 		}
 	} else {
 		// A dense Acquire pins every unit of every prompt block; a block
 		// with a dropped unit is recomputed into a private copy whose
 		// units all need slots.
-		nb := c.numBlocks(len(req.Tokens))
+		nb := g.numBlocks(len(req.Tokens))
 		compute := 0
 		for i, n := range nodes {
-			if c.lacksBytes(n.Value, nil) {
-				for p := range c.pools {
-					need[p] += c.pools[p].unitsPerBlock
+			if !c.whole(n.Value) {
+				for p := range g.pools {
+					need[p] += g.pools[p].unitsPerBlock
 				}
 				compute += min((i+1)*B, len(req.Tokens)) - i*B
 				continue
 			}
-			for sl := range c.numSlices {
-				u := c.unit(n.Value, sl)
-				p := c.slicePool[sl]
-				switch c.uTier[c.ix(u)] {
+			for sl := range g.slices {
+				u := c.units.id(n.Value, sl)
+				p := g.slicePool[sl]
+				switch c.units.tierOf(u) {
 				case GPU:
-					if c.uPins[c.ix(u)] == 0 {
+					if c.units.pinsOf(u) == 0 {
 						pinning[p]++
 					}
-				case CPU:
-					need[p]++
+				default:
+					need[p]++ // on a lower tier: onboarded
 				}
 			}
 		}
-		for p := range c.pools {
-			need[p] += (nb - len(nodes)) * c.pools[p].unitsPerBlock
+		for p := range g.pools {
+			need[p] += (nb - len(nodes)) * g.pools[p].unitsPerBlock
 		}
 		a.ReusedTokens = len(nodes)*B - compute
 		a.BeingWrittenTokens = c.beingWritten(c.matchState(keys, nodes), req.Tokens, req.Extra, len(nodes))
 	}
 	a.Fits = true
-	for p := range c.pools {
-		free := c.gpu[p].available() - pinning[p]
+	for p := range g.pools {
+		free := c.tiers.arena(GPU, p).available() - pinning[p]
 		a.NeedSlots += need[p]
 		if need[p] > 0 {
 			a.FreeSlots += free
@@ -117,36 +118,4 @@ func (c *Cache) Admit(req Request) (Admission, error) {
 		}
 	}
 	return a, nil
-}
-
-// Clear forgets every cached block (an AllCleared event), like vLLM's prefix
-// cache reset. It needs an idle cache: it returns an error wrapping ErrBusy
-// while sequences are live.
-func (c *Cache) Clear() (err error) {
-	if err := c.lock("Clear"); err != nil {
-		return err
-	}
-	defer c.unlock(&err)
-	if c.poisoned != nil {
-		return c.poisoned
-	}
-	if len(c.seqs) > 0 {
-		return fmt.Errorf("%w: %d sequences", ErrBusy, len(c.seqs))
-	}
-	for b := range c.blocks {
-		if !c.blocks[b].live {
-			continue
-		}
-		for sl := range c.numSlices {
-			c.freeUnit(c.unit(int32(b), sl))
-		}
-	}
-	c.st.removed += uint64(c.tree.Clear(func(n *radix.Node[int32]) {
-		c.unmarkHollow(n.Value)
-		c.freeBlock(n.Value)
-	}))
-	if c.events.enabled() {
-		c.events.emit(Event{Kind: AllCleared})
-	}
-	return nil
 }

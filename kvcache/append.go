@@ -36,43 +36,37 @@ func (c *Cache) Append(id SeqID, tokens ...uint32) (_ Plan, err error) {
 	if c.poisoned != nil {
 		return Plan{}, c.poisoned // a merge met a policy that broke its contract
 	}
+	c.begin(s)
 	n := len(s.tokens)
 	n2 := n + len(tokens)
-	nb, nb2 := len(s.blocks), c.numBlocks(n2)
-	newBlocks := append(c.scratch.blocks[:0], s.blocks...)
+	nb, nb2 := len(s.blocks), c.geom.numBlocks(n2)
+	// The new blocks go after the sequence's in its spare capacity, which
+	// s.blocks (of length nb) does not see until the call succeeds.
+	blocks := s.blocks
 	for i := nb; i < nb2; i++ {
 		prio, dur := c.priority(s, i)
-		b := c.allocBlock(i, s.chunks(nb2), prio, dur)
-		c.addRef(b, s.sparse)
-		newBlocks = append(newBlocks, b)
+		b := c.newBlock(i, s.chunks(nb2), prio, dur)
+		c.ref(b, s.sparse)
+		blocks = append(blocks, b)
 	}
-	c.scratch.blocks = newBlocks
-	oldWrite := s.writeFrom
-	s.writeFrom = n
-	lo := c.wantLo(c.scratch.lo, s)
+	lo := c.wantLo(c.scratch.lo, s.sparse, n)
 	c.scratch.lo = lo
-	c.tx.reset()
-	c.tx.seq = s
-	c.queuePinDiff(s.blocks, s.pinLo, s.pinHi, newBlocks, lo, nb2, -1, -1)
+	c.queuePins(s.span(), pinSpan{blocks: blocks, lo: lo}, nb, -1, -1)
 	// The step of the last SparseAccess is over: its pins go.
 	c.queueStepUnpins(s)
-	if err := c.runTxn(); err != nil {
-		s.writeFrom = oldWrite
-		for _, b := range newBlocks[nb:] {
-			c.dropNew(b)
-		}
+	if err := c.execute(); err != nil {
 		return Plan{}, err
 	}
 	s.stepPins = s.stepPins[:0]
-	plan := Plan{Seq: id}
-	c.fillPlan(&plan)
-	plan.Compute = []TokenRange{{Start: n, End: n2}}
 	s.tokens = append(s.tokens, tokens...)
-	s.blocks = append(s.blocks, newBlocks[nb:]...)
+	s.blocks = blocks
 	s.pinLo = append(s.pinLo[:0], lo...)
-	s.pinHi = nb2
-	c.indexWriting(s, n/c.blockTokens)
-	c.collectPending()
-	plan.Tokens = n2
+	s.writeFrom = n
+	plan := Plan{Seq: id, Tokens: n2}
+	c.fillPlan(&plan, s)
+	s.compute = append(s.compute[:0], TokenRange{Start: n, End: n2})
+	plan.Compute = s.compute
+	c.syncTables(s)
+	c.indexWriting(s, n/c.geom.blockTokens)
 	return plan, nil
 }

@@ -37,19 +37,24 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		"nil layout":     {Config{GPU: Capacity{Units: 4}}, "Layout"},
-		"zero layout":    {Config{Layout: &layout.Layout{}, GPU: Capacity{Units: 4}}, "Layout"},
-		"no GPU":         {Config{Layout: l}, "GPU capacity is zero"},
-		"both fields":    {Config{Layout: l, GPU: Capacity{Units: 4, Bytes: 64}}, "both"},
-		"negative CPU":   {Config{Layout: l, GPU: Capacity{Units: 4}, CPU: Capacity{Units: -1}}, "negative"},
-		"pool no slot":   {Config{Layout: l, GPU: Capacity{Bytes: 16}}, "no slot"},
-		"bad cost model": {Config{Layout: l, GPU: Capacity{Units: 4}, CostModel: &costmodel.Model{}}, "CostModel"},
-		"factory error":  {Config{Layout: l, GPU: Capacity{Units: 4}, GPUPolicy: failing}, "boom"},
-		"nil policy":     {Config{Layout: l, GPU: Capacity{Units: 4}, CPUPolicy: nilPolicy}, "nil"},
-		"NaN weight": {Config{Layout: l, GPU: Capacity{Units: 4}, CostModel: &costmodel.Model{
-			Recompute: costmodel.Recompute{Beta: 1, LayerWeight: nanWeight}, Link: costmodel.Link{BytesPerSecond: 1}}}, "LayerWeight(0, 1) returned NaN"},
-		"NaN retention weight": {Config{Layout: l, GPU: Capacity{Units: 4},
-			GPUPolicy: RetentionFactory(costmodel.Recompute{Beta: 1, PositionWeight: nanWeight})}, "PositionWeight(0, 1) returned NaN"},
+		"nil layout":     {Config{Tiers: GPUAndCPU(Capacity{Units: 4}, Capacity{})}, "Layout"},
+		"zero layout":    {Config{Layout: &layout.Layout{}, Tiers: GPUAndCPU(Capacity{Units: 4}, Capacity{})}, "Layout"},
+		"no tier":        {Config{Layout: l}, "0 tiers"},
+		"nine tiers":     {Config{Layout: l, Tiers: make([]TierConfig, 9)}, "9 tiers"},
+		"zero tier":      {Config{Layout: l, Tiers: []TierConfig{{Capacity: Capacity{Units: 4}}, {}}}, "tier 2 (CPU) has no capacity"},
+		"same names":     {Config{Layout: l, Tiers: []TierConfig{{Name: "x", Capacity: Capacity{Units: 4}}, {Name: "x", Capacity: Capacity{Units: 4}}}}, `both named "x"`},
+		"bad link":       {Config{Layout: l, Tiers: linked(GPUAndCPU(Capacity{Units: 4}, Capacity{Units: 4}), costmodel.Link{BytesPerSecond: -1})}, "tier 2 (CPU) Link"},
+		"both fields":    {Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 4, Bytes: 64}, Capacity{})}, "both"},
+		"negative CPU":   {Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 4}, Capacity{Units: -1})}, "negative"},
+		"pool no slot":   {Config{Layout: l, Tiers: GPUAndCPU(Capacity{Bytes: 16}, Capacity{})}, "no slot"},
+		"bad recompute":  {Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 4}, Capacity{}), Recompute: &costmodel.Recompute{Alpha: -1}}, "Recompute"},
+		"factory error":  {Config{Layout: l, Tiers: tiersOf(Capacity{Units: 4}, Capacity{}, failing, nil)}, "boom"},
+		"nil policy":     {Config{Layout: l, Tiers: tiersOf(Capacity{Units: 4}, Capacity{Units: 4}, nil, nilPolicy)}, "nil"},
+		"NaN weight": {Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 4}, Capacity{}),
+			Recompute: &costmodel.Recompute{Beta: 1, LayerWeight: nanWeight}}, "LayerWeight(0, 1) returned NaN"},
+		"NaN retention weight": {Config{Layout: l, Tiers: tiersOf(Capacity{Units: 4}, Capacity{}, RetentionPolicy(), nil),
+			Recompute: &costmodel.Recompute{Beta: 1, PositionWeight: nanWeight}}, "PositionWeight(0, 1) returned NaN"},
+		"retention, no cost": {Config{Layout: l, Tiers: tiersOf(Capacity{Units: 4}, Capacity{}, RetentionPolicy(), nil)}, "Config.Recompute, which is nil"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := New(tc.cfg)
@@ -74,7 +79,7 @@ func TestCapacitySplitsByBytesPerBlock(t *testing.T) {
 	slots, err = PoolSlots(l2, Capacity{Units: 7})
 	require.NoError(t, err)
 	require.Equal(t, []int{7}, slots)
-	c, err := New(Config{Layout: l, GPU: Capacity{Bytes: 10 * 32}})
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Bytes: 10 * 32}, Capacity{})})
 	require.NoError(t, err)
 	require.Equal(t, 5, c.Slots(GPU, 1))
 	require.Equal(t, 0, c.Slots(CPU, 1))
@@ -83,7 +88,7 @@ func TestCapacitySplitsByBytesPerBlock(t *testing.T) {
 
 func TestErrNoSpaceRollsBack(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, nil)
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 6}})
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 6}, Capacity{})})
 	require.NoError(t, err)
 	p, err := c.Acquire(Request{Tokens: seqTokens(8, 0)}) // 2 blocks, 4 units
 	require.NoError(t, err)
@@ -109,7 +114,7 @@ func TestErrNoSpaceRollsBack(t *testing.T) {
 // tail.
 func TestReleaseEvictsChainTailFirst(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, nil)
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 8}})
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 8}, Capacity{})})
 	require.NoError(t, err)
 	prompt := seqTokens(16, 0) // 4 blocks, 8 units: the whole GPU
 	p, err := c.Acquire(Request{Tokens: prompt})
@@ -117,7 +122,7 @@ func TestReleaseEvictsChainTailFirst(t *testing.T) {
 	finish(t, c, p.Seq)
 	other, err := c.Acquire(Request{Tokens: seqTokens(4, 100)}) // needs 2 slots
 	require.NoError(t, err)
-	require.Equal(t, 2, other.DroppedUnits)
+	require.Equal(t, 2, other.Dropped)
 	finish(t, c, other.Seq)
 	again, err := c.Acquire(Request{Tokens: prompt})
 	require.NoError(t, err)
@@ -131,7 +136,7 @@ func TestReleaseEvictsChainTailFirst(t *testing.T) {
 func TestDroppedHeadStaysKnown(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, nil)
 	fifo := func(PoolInfo) (eviction.Policy[UnitID], error) { return eviction.NewFIFO[UnitID](), nil }
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 8}, GPUPolicy: fifo})
+	c, err := New(Config{Layout: l, Tiers: tiersOf(Capacity{Units: 8}, Capacity{}, fifo, nil)})
 	require.NoError(t, err)
 	prompt := seqTokens(12, 0) // 3 blocks, 6 units
 	p, err := c.Acquire(Request{Tokens: prompt})
@@ -139,14 +144,14 @@ func TestDroppedHeadStaysKnown(t *testing.T) {
 	finish(t, c, p.Seq)
 	other, err := c.Acquire(Request{Tokens: seqTokens(8, 100)}) // 4 units: 2 evicted
 	require.NoError(t, err)
-	require.Equal(t, 2, other.DroppedUnits)
+	require.Equal(t, 2, other.Dropped)
 	finish(t, c, other.Seq)
 	require.Equal(t, 5, c.Stats().Blocks) // the dropped head is still known
 	again, err := c.Acquire(Request{Tokens: prompt})
 	require.NoError(t, err)
 	require.Equal(t, []TokenRange{{0, 4}}, again.Compute)
 	require.Equal(t, 4, again.RecomputeTokens)
-	require.Equal(t, 4, again.HitUnits)
+	require.Equal(t, 4, again.Hits)
 	require.Equal(t, int64(4), c.Stats().RecomputedTokens)
 	require.NoError(t, c.checkInvariants())
 }
@@ -154,9 +159,9 @@ func TestDroppedHeadStaysKnown(t *testing.T) {
 func TestOffloadOnboardRoundTripKeepsBytes(t *testing.T) {
 	l := tinyLayout(t, layout.BSA, nil) // 4 slices of 16 bytes
 	gpu, cpu := Capacity{Units: 8}, Capacity{Units: 16}
-	store, err := NewMemoryStore(l, gpu, cpu)
+	store, err := NewMemoryStore(l, GPUAndCPU(gpu, cpu))
 	require.NoError(t, err)
-	c, err := New(Config{Layout: l, GPU: gpu, CPU: cpu, Mover: store})
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(gpu, cpu), Mover: store})
 	require.NoError(t, err)
 	prompt := seqTokens(8, 0)
 	p, err := c.Acquire(Request{Tokens: prompt})
@@ -174,12 +179,12 @@ func TestOffloadOnboardRoundTripKeepsBytes(t *testing.T) {
 	finish(t, c, p.Seq)
 	q, err := c.Acquire(Request{Tokens: seqTokens(8, 50)})
 	require.NoError(t, err)
-	require.Equal(t, 8, q.OffloadedUnits)
+	require.Equal(t, 8, q.Offloaded)
 	finish(t, c, q.Seq)
 	r, err := c.Acquire(Request{Tokens: prompt})
 	require.NoError(t, err)
-	require.Equal(t, 8, r.OnboardedUnits)
-	require.Equal(t, 8, r.OffloadedUnits) // the other prompt goes to the CPU
+	require.Equal(t, 8, r.Onboarded)
+	require.Equal(t, 8, r.Offloaded) // the other prompt goes to the CPU
 	require.Empty(t, r.Compute)
 	for b := range 2 {
 		for sl := range 4 {
@@ -196,25 +201,25 @@ func TestOffloadOnboardRoundTripKeepsBytes(t *testing.T) {
 	require.Equal(t, uint64(16), st.Offloads)
 	require.Equal(t, uint64(8), st.Onboards)
 	require.Equal(t, int64(24*16), st.BytesMoved)
-	require.Equal(t, int64(8), st.CPU.Cached)
-	require.InDelta(t, 0.0, st.GPU.HitRate(), 1e-9)
-	require.InDelta(t, 8.0/24, st.CPU.HitRate(), 1e-9)
+	require.Equal(t, int64(8), st.Tier(CPU).Cached)
+	require.InDelta(t, 0.0, st.Tier(GPU).HitRate(), 1e-9)
+	require.InDelta(t, 8.0/24, st.Tier(CPU).HitRate(), 1e-9)
 }
 
 func TestCostModelDropsCheapUnits(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, nil)
 	// Recompute costs nothing: every victim is dropped although the CPU
 	// has room.
-	cm := &costmodel.Model{Link: costmodel.Link{BytesPerSecond: 1e9}}
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 4}, CPU: Capacity{Units: 8}, CostModel: cm})
+	c, err := New(Config{Layout: l, Tiers: linked(GPUAndCPU(Capacity{Units: 4}, Capacity{Units: 8}), costmodel.Link{BytesPerSecond: 1e9}),
+		Recompute: &costmodel.Recompute{}})
 	require.NoError(t, err)
 	p, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
 	require.NoError(t, err)
 	finish(t, c, p.Seq)
 	q, err := c.Acquire(Request{Tokens: seqTokens(8, 10)})
 	require.NoError(t, err)
-	require.Equal(t, 4, q.DroppedUnits)
-	require.Zero(t, q.OffloadedUnits)
+	require.Equal(t, 4, q.Dropped)
+	require.Zero(t, q.Offloaded)
 }
 
 // TestCommitSharesAndMerges: a block is shared once committed, not
@@ -223,22 +228,22 @@ func TestCostModelDropsCheapUnits(t *testing.T) {
 // adopts the first's block and frees its own slots.
 func TestCommitSharesAndMerges(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, nil)
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 16}})
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 16}, Capacity{})})
 	require.NoError(t, err)
 	a, err := c.Acquire(Request{Tokens: seqTokens(6, 0)})
 	require.NoError(t, err)
 	b, err := c.Acquire(Request{Tokens: seqTokens(6, 0)})
 	require.NoError(t, err)
-	require.Zero(t, b.HitUnits, "a's block 0 is not written yet")
+	require.Zero(t, b.Hits, "a's block 0 is not written yet")
 	require.Equal(t, 4, b.BeingWrittenTokens, "but a is writing it")
-	used := c.Stats().GPU.Capacity - c.Stats().GPU.Free
+	used := c.Stats().Tier(GPU).Capacity - c.Stats().Tier(GPU).Free
 	require.Equal(t, int64(8), used) // two copies of block 0, two partial blocks
 	// Each Append commits the tokens before it: b adopts a's block 0.
 	_, err = c.Append(a.Seq, 6, 7)
 	require.NoError(t, err)
 	_, err = c.Append(b.Seq, 6, 7)
 	require.NoError(t, err)
-	require.Equal(t, int64(6), c.Stats().GPU.Capacity-c.Stats().GPU.Free)
+	require.Equal(t, int64(6), c.Stats().Tier(GPU).Capacity-c.Stats().Tier(GPU).Free)
 	// Both fill block 1 with the same tokens; committing them makes b
 	// adopt a's block 1 too.
 	require.NoError(t, c.Commit(a.Seq, 8))
@@ -251,7 +256,7 @@ func TestCommitSharesAndMerges(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, ta, tb)
 	}
-	require.Equal(t, int64(4), c.Stats().GPU.Capacity-c.Stats().GPU.Free)
+	require.Equal(t, int64(4), c.Stats().Tier(GPU).Capacity-c.Stats().Tier(GPU).Free)
 	// A third request reuses both blocks at once.
 	d, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
 	require.NoError(t, err)
@@ -261,25 +266,25 @@ func TestCommitSharesAndMerges(t *testing.T) {
 
 func TestNamespacesNeverShare(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, nil)
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 16}})
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 16}, Capacity{})})
 	require.NoError(t, err)
 	a, err := c.Acquire(Request{Tokens: seqTokens(8, 0), Namespace: "tenant-a"})
 	require.NoError(t, err)
 	require.NoError(t, c.Commit(a.Seq, 8))
 	p, err := c.Acquire(Request{Tokens: seqTokens(8, 0), Namespace: "tenant-b"})
 	require.NoError(t, err)
-	require.Zero(t, p.HitUnits)
+	require.Zero(t, p.Hits)
 	p, err = c.Acquire(Request{Tokens: seqTokens(8, 0), Namespace: "tenant-a", LoRA: "adapter"})
 	require.NoError(t, err)
-	require.Zero(t, p.HitUnits)
+	require.Zero(t, p.Hits)
 	p, err = c.Acquire(Request{Tokens: seqTokens(8, 0), Namespace: "tenant-a"})
 	require.NoError(t, err)
-	require.Equal(t, 4, p.HitUnits)
+	require.Equal(t, 4, p.Hits)
 }
 
 func TestSlidingWindowUnpinsOldBlocks(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, []int{4, 0}) // layer 0: window of 4 tokens
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 16}})
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 16}, Capacity{})})
 	require.NoError(t, err)
 	p, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
 	require.NoError(t, err)
@@ -310,9 +315,9 @@ func TestSlidingWindowUnpinsOldBlocks(t *testing.T) {
 func TestSparseContextLargerThanGPU(t *testing.T) {
 	l := tinyLayout(t, layout.BSA, nil) // 4 units per block
 	gpu, cpu := Capacity{Units: 12}, Capacity{Units: 64}
-	store, err := NewMemoryStore(l, gpu, cpu)
+	store, err := NewMemoryStore(l, GPUAndCPU(gpu, cpu))
 	require.NoError(t, err)
-	c, err := New(Config{Layout: l, GPU: gpu, CPU: cpu, Mover: store})
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(gpu, cpu), Mover: store})
 	require.NoError(t, err)
 	prompt := seqTokens(40, 0) // 10 blocks = 40 units > 12 GPU slots
 	p, err := c.Acquire(Request{Tokens: prompt, Sparse: true})
@@ -329,16 +334,16 @@ func TestSparseContextLargerThanGPU(t *testing.T) {
 		for layer := range 2 {
 			// Query heads 0,1 read KV head 0; 2,3 read KV head 1.
 			heads := [][]int64{{0, 10}, {3}, {int64(step), 10}, {7}}
-			require.NoError(t, c.SparseAccess(p.Seq, layer, heads, &res))
+			require.NoError(t, c.SparseAccess(p.Seq, byQueryHeads(c.Layout(), layer, heads), &res))
 			require.Len(t, res.Units, 6) // head 0: blocks 0,3,10; head 1: step,7,10
 			require.Equal(t, int64(6*16), res.BytesRead)
-			require.Equal(t, res.Hits+res.Misses, 6)
-			require.Zero(t, res.Recompute)
+			require.Equal(t, res.Hits+(res.Onboarded + res.Computed), 6)
+			require.Zero(t, res.Computed)
 		}
 	}
 	st := c.Stats()
 	require.Positive(t, st.Onboards)
-	require.LessOrEqual(t, st.GPU.Pinned, int64(12))
+	require.LessOrEqual(t, st.Tier(GPU).Pinned, int64(12))
 	require.NoError(t, c.checkInvariants())
 	// A second sparse request with the same prompt takes all of it.
 	q, err := c.Acquire(Request{Tokens: prompt, Sparse: true})
@@ -350,17 +355,17 @@ func TestSparseContextLargerThanGPU(t *testing.T) {
 func TestTruncateDetachesOrCopies(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, nil)
 	gpu := Capacity{Units: 16}
-	store, err := NewMemoryStore(l, gpu, Capacity{})
+	store, err := NewMemoryStore(l, GPUAndCPU(gpu, Capacity{}))
 	require.NoError(t, err)
 	var events []Event
-	c, err := New(Config{Layout: l, GPU: gpu, Mover: store, Events: func(e Event) { events = append(events, e) }})
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(gpu, Capacity{}), Mover: store, Events: func(e Event) { events = append(events, e) }})
 	require.NoError(t, err)
 	p, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
 	require.NoError(t, err)
 	// Uncommitted: the block just becomes partial again.
 	tp, err := c.Truncate(p.Seq, 1)
 	require.NoError(t, err)
-	require.Zero(t, tp.CopiedUnits)
+	require.Zero(t, tp.Copied)
 	require.Empty(t, events, "nothing was ever shared")
 	_, err = c.Append(p.Seq, 7)
 	require.NoError(t, err)
@@ -368,7 +373,7 @@ func TestTruncateDetachesOrCopies(t *testing.T) {
 	// Only user, leaf: the block is detached, no copy.
 	tp, err = c.Truncate(p.Seq, 2)
 	require.NoError(t, err)
-	require.Zero(t, tp.CopiedUnits)
+	require.Zero(t, tp.Copied)
 	require.Equal(t, BlockRemoved, events[len(events)-1].Kind)
 	require.Equal(t, 1, c.Stats().Blocks)
 	_, err = c.Append(p.Seq, 6, 7)
@@ -376,12 +381,12 @@ func TestTruncateDetachesOrCopies(t *testing.T) {
 	// Shared with a fork: copy on write.
 	f, err := c.Fork(p.Seq)
 	require.NoError(t, err)
-	require.Zero(t, f.CopiedUnits) // no partial block to copy
+	require.Zero(t, f.Copied) // no partial block to copy
 	tp, err = c.Truncate(p.Seq, 1)
 	require.NoError(t, err)
-	require.Equal(t, 2, tp.CopiedUnits)
-	require.Len(t, tp.Copies, 2)
-	require.Equal(t, GPU, tp.Copies[0].From)
+	require.Equal(t, 2, tp.Copied)
+	require.Len(t, tp.Executed, 2)
+	require.Equal(t, GPU, tp.Executed[0].From)
 	require.NoError(t, c.checkInvariants())
 	_, err = c.Truncate(p.Seq, 8)
 	require.ErrorIs(t, err, ErrOutOfRange)
@@ -391,7 +396,7 @@ func TestTruncateDetachesOrCopies(t *testing.T) {
 func TestEventsDescribeBlocks(t *testing.T) {
 	l := tinyLayout(t, layout.AllLayers, nil)
 	var events []Event
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 2}, CPU: Capacity{Units: 2}, Events: func(e Event) { events = append(events, e) }})
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 2}, Capacity{Units: 2}), Events: func(e Event) { events = append(events, e) }})
 	require.NoError(t, err)
 	p, err := c.Acquire(Request{Tokens: seqTokens(8, 0), Namespace: "ns"})
 	require.NoError(t, err)
@@ -407,23 +412,21 @@ func TestEventsDescribeBlocks(t *testing.T) {
 	finish(t, c, p.Seq)
 	q, err := c.Acquire(Request{Tokens: seqTokens(4, 50)})
 	require.NoError(t, err)
-	kinds := []EventKind{}
-	for _, e := range events[2:] {
-		kinds = append(kinds, e.Kind)
-	}
-	require.Equal(t, []EventKind{UnitOffloaded}, kinds)
+	require.Equal(t, []string{"offloaded"}, whats(events[2:]))
+	require.Equal(t, GPU, events[2].From)
+	require.Equal(t, CPU, events[2].To)
 	require.Equal(t, events[1].Hash, events[2].Hash) // the tail left first
 	finish(t, c, q.Seq)
 	require.Equal(t, BlockStored, events[len(events)-1].Kind)
 	require.NoError(t, c.Clear())
 	require.Equal(t, AllCleared, events[len(events)-1].Kind)
 	require.Zero(t, c.Stats().Blocks)
-	require.True(t, slices.ContainsFunc(events, func(e Event) bool { return e.Kind.String() == "offloaded" }))
+	require.True(t, slices.ContainsFunc(events, func(e Event) bool { return e.Kind.String() == "moved" }))
 }
 
 func TestBadRequests(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, nil)
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 8}})
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 8}, Capacity{})})
 	require.NoError(t, err)
 	for name, p := range map[string]*Priorities{
 		"priority":       {Default: -1},
@@ -450,7 +453,7 @@ func TestBadRequests(t *testing.T) {
 	require.ErrorIs(t, err, ErrOutOfRange)
 	_, err = c.Locate(p.Seq, 0, 2)
 	require.ErrorIs(t, err, ErrOutOfRange)
-	require.NotPanics(t, func() { err = c.SparseAccess(p.Seq, 0, make([][]int64, 4), nil) })
+	require.NotPanics(t, func() { err = c.SparseAccess(p.Seq, Selection{Blocks: make([][]int, 2)}, nil) })
 	require.ErrorIs(t, err, ErrInvalidRequest)
 	require.ErrorContains(t, err, "nil SparseResult")
 	require.NoError(t, c.checkInvariants())
@@ -458,7 +461,7 @@ func TestBadRequests(t *testing.T) {
 
 func TestMemoryStoreRejectsBadCopies(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, nil)
-	m, err := NewMemoryStore(l, Capacity{Units: 2}, Capacity{Units: 2})
+	m, err := NewMemoryStore(l, GPUAndCPU(Capacity{Units: 2}, Capacity{Units: 2}))
 	require.NoError(t, err)
 	copy(m.Bytes(GPU, 0, 0), "abc")
 	err = m.Copy([]Copy{{From: GPU, FromSlot: 0, To: CPU, ToSlot: 1}, {From: GPU, FromSlot: 0, To: CPU, ToSlot: 2}})
@@ -484,14 +487,12 @@ func TestRecomputedBlockIsNotOnboarded(t *testing.T) {
 	// Flat positions and the seed layer weight: layer 0's units cost 48 ns
 	// to recompute and are offloaded (32 ns to copy back), layer 1's cost
 	// 24 ns and are dropped.
-	cm := &costmodel.Model{Recompute: costmodel.Recompute{Beta: 48e-9, PositionWeight: costmodel.Flat},
-		Link: costmodel.Link{BytesPerSecond: 1e9}}
-	gpu, cpu := Capacity{Units: 4}, Capacity{Units: 8}
-	store, err := NewMemoryStore(l, gpu, cpu)
+	rc := &costmodel.Recompute{Beta: 48e-9, PositionWeight: costmodel.Flat}
+	tiers := linked(GPUAndCPU(Capacity{Units: 4}, Capacity{Units: 8}), costmodel.Link{BytesPerSecond: 1e9})
+	store, err := NewMemoryStore(l, tiers)
 	require.NoError(t, err)
 	var events []Event
-	c, err := New(Config{Layout: l, GPU: gpu, CPU: cpu, CostModel: cm, Mover: store,
-		Events: func(e Event) { events = append(events, e) }})
+	c, err := New(Config{Layout: l, Tiers: tiers, Recompute: rc, Mover: store, Events: func(e Event) { events = append(events, e) }})
 	require.NoError(t, err)
 	prompt := seqTokens(8, 0) // 2 blocks, 4 units: the whole GPU
 	p, err := c.Acquire(Request{Tokens: prompt})
@@ -499,8 +500,8 @@ func TestRecomputedBlockIsNotOnboarded(t *testing.T) {
 	finish(t, c, p.Seq)
 	q, err := c.Acquire(Request{Tokens: seqTokens(8, 100)})
 	require.NoError(t, err)
-	require.Equal(t, 2, q.OffloadedUnits)
-	require.Equal(t, 2, q.DroppedUnits)
+	require.Equal(t, 2, q.Offloaded)
+	require.Equal(t, 2, q.Dropped)
 	finish(t, c, q.Seq)
 	before := c.Stats()
 
@@ -511,27 +512,27 @@ func TestRecomputedBlockIsNotOnboarded(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []TokenRange{{0, 8}}, r.Compute)
 	require.Equal(t, 8, r.RecomputeTokens)
-	require.Zero(t, r.OnboardedUnits)
-	require.Equal(t, 4, r.FreshUnits)
-	require.Equal(t, adm.NeedSlots, r.FreshUnits)
-	for _, cp := range r.Copies {
+	require.Zero(t, r.Onboarded)
+	require.Equal(t, 4, r.Computed)
+	require.Equal(t, adm.NeedSlots, r.Computed)
+	for _, cp := range r.Executed {
 		require.NotEqual(t, CPU, cp.From, "copy %+v brings back a unit that is recomputed", cp)
 	}
 	st := c.Stats()
 	require.Equal(t, before.Onboards, st.Onboards)
-	require.Equal(t, before.CPU.Hits, st.CPU.Hits)
-	require.Equal(t, before.CPU.Misses+4, st.CPU.Misses)
+	require.Equal(t, before.Tier(CPU).Hits, st.Tier(CPU).Hits)
+	require.Equal(t, before.Tier(CPU).Misses+4, st.Tier(CPU).Misses)
 	// The recompute is written into a private copy; committing it releases
 	// the CPU copies, reported dropped, then restored on the GPU, so that a
 	// router knows where each unit is.
 	require.NoError(t, c.Commit(r.Seq, 8))
-	var kinds []EventKind
+	var kinds []string
 	for _, e := range events {
-		if e.Slice == 0 && e.Kind != UnitOffloaded {
-			kinds = append(kinds, e.Kind)
+		if e.Slice == 0 && what(e) != "offloaded" {
+			kinds = append(kinds, what(e))
 		}
 	}
-	require.Equal(t, []EventKind{UnitDropped, UnitRestored, UnitDropped, UnitRestored}, kinds)
+	require.Equal(t, []string{"dropped", "restored", "dropped", "restored"}, kinds)
 	for b := range 2 {
 		loc, err := c.Locate(r.Seq, b, 0)
 		require.NoError(t, err)
@@ -546,7 +547,7 @@ func TestRecomputedBlockIsNotOnboarded(t *testing.T) {
 // gives -1, since any later call may evict it and reuse its slot.
 func TestBlockTableShowsOnlyPinnedUnits(t *testing.T) {
 	l := tinyLayout(t, layout.BSA, nil) // 4 units per block: (layer, KV head)
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 64}})
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 64}, Capacity{})})
 	require.NoError(t, err)
 	prompt := seqTokens(16, 0) // 4 blocks
 	p, err := c.Acquire(Request{Tokens: prompt, Sparse: true})
@@ -570,7 +571,7 @@ func TestBlockTableShowsOnlyPinnedUnits(t *testing.T) {
 	}
 	var res SparseResult
 	// Layer 1: query heads 0 and 1 read KV head 0, heads 2 and 3 KV head 1.
-	require.NoError(t, c.SparseAccess(p.Seq, 1, [][]int64{{0}, {3}, {2}, {2}}, &res))
+	require.NoError(t, c.SparseAccess(p.Seq, byQueryHeads(c.Layout(), 1, [][]int64{{0}, {3}, {2}, {2}}), &res))
 	require.Equal(t, 3, res.Hits)
 	h0, h1 := res.Units[0].Slice, res.Units[2].Slice
 	require.Equal(t, []int{0, 3}, []int{res.Units[0].Block, res.Units[1].Block})
@@ -583,7 +584,7 @@ func TestBlockTableShowsOnlyPinnedUnits(t *testing.T) {
 
 	// A dense sequence's block out of a sliding window: cached, not pinned.
 	lw := tinyLayout(t, layout.PagedLayer, []int{4, 0}) // layer 0: window of 4 tokens
-	cw, err := New(Config{Layout: lw, GPU: Capacity{Units: 16}})
+	cw, err := New(Config{Layout: lw, Tiers: GPUAndCPU(Capacity{Units: 16}, Capacity{})})
 	require.NoError(t, err)
 	d, err := cw.Acquire(Request{Tokens: seqTokens(8, 0)})
 	require.NoError(t, err)
@@ -607,7 +608,7 @@ func TestBlockTableShowsOnlyPinnedUnits(t *testing.T) {
 // block however many of its units (heads) the call recomputes.
 func TestSparseRecomputeCountsTokens(t *testing.T) {
 	l := tinyLayout(t, layout.BSA, nil)                        // 4 units per block: (layer, KV head)
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 12}}) // no CPU: victims drop
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 12}, Capacity{})}) // no CPU: victims drop
 	require.NoError(t, err)
 	prompt := seqTokens(16, 0) // 4 blocks, 16 units
 	p, err := c.Acquire(Request{Tokens: prompt, Sparse: true})
@@ -626,12 +627,12 @@ func TestSparseRecomputeCountsTokens(t *testing.T) {
 	before := c.Stats().RecomputedTokens
 	var res SparseResult
 	// Every query head of layer 0 selects block 0: both KV heads' units.
-	require.NoError(t, c.SparseAccess(p.Seq, 0, [][]int64{{0}, {0}, {0}, {0}}, &res))
-	require.Equal(t, 2, res.Recompute)
+	require.NoError(t, c.SparseAccess(p.Seq, byQueryHeads(c.Layout(), 0, [][]int64{{0}, {0}, {0}, {0}}), &res))
+	require.Equal(t, 2, res.Computed)
 	require.Equal(t, int64(4), c.Stats().RecomputedTokens-before, "block 0's 4 tokens, once")
 	// The same selection again hits: nothing more to recompute.
-	require.NoError(t, c.SparseAccess(p.Seq, 0, [][]int64{{0}, {0}, {0}, {0}}, &res))
-	require.Zero(t, res.Recompute)
+	require.NoError(t, c.SparseAccess(p.Seq, byQueryHeads(c.Layout(), 0, [][]int64{{0}, {0}, {0}, {0}}), &res))
+	require.Zero(t, res.Computed)
 	require.Equal(t, int64(4), c.Stats().RecomputedTokens-before)
 }
 
@@ -642,7 +643,7 @@ func TestSparseRecomputeCountsTokens(t *testing.T) {
 func TestTruncateDoesNotOffloadTheDiscardedBlock(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, nil) // 2 units per block
 	gpu, cpu := Capacity{Units: 6}, Capacity{Units: 8}
-	c, err := New(Config{Layout: l, GPU: gpu, CPU: cpu})
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(gpu, cpu)})
 	require.NoError(t, err)
 	a, err := c.Acquire(Request{Tokens: seqTokens(8, 0)}) // blocks 0, 1
 	require.NoError(t, err)
@@ -650,21 +651,21 @@ func TestTruncateDoesNotOffloadTheDiscardedBlock(t *testing.T) {
 	require.NoError(t, err)
 	b, err := c.Acquire(Request{Tokens: seqTokens(8, 0)}) // shares blocks 0 and 1
 	require.NoError(t, err)
-	require.Equal(t, 4, b.HitUnits)
+	require.Equal(t, 4, b.Hits)
 	// Cutting into shared block 1 copies it on write: 2 slots, which only
 	// the cut-off block 2 can give.
 	p, err := c.Truncate(a.Seq, 3)
 	require.NoError(t, err)
-	require.Equal(t, 2, p.CopiedUnits)
-	require.Zero(t, p.OffloadedUnits)
-	require.Equal(t, 2, p.DroppedUnits)
-	require.Len(t, p.Copies, 2)
-	for _, cp := range p.Copies {
+	require.Equal(t, 2, p.Copied)
+	require.Zero(t, p.Offloaded)
+	require.Equal(t, 2, p.Dropped)
+	require.Len(t, p.Executed, 2)
+	for _, cp := range p.Executed {
 		require.Equal(t, Copy{Pool: 0, From: GPU, FromSlot: cp.FromSlot, To: GPU, ToSlot: cp.ToSlot}, cp)
 	}
 	st := c.Stats()
 	require.Zero(t, st.Offloads)
-	require.Zero(t, st.CPU.Capacity-st.CPU.Free)
+	require.Zero(t, st.Tier(CPU).Capacity-st.Tier(CPU).Free)
 	require.NoError(t, c.checkInvariants())
 }
 
@@ -679,12 +680,11 @@ func TestVictimOfPartlyDroppedBlockIsDropped(t *testing.T) {
 	// would be offloaded (48 ns to recompute, 32 ns to copy back) and
 	// layer 1's dropped (24 ns). The retention policy, priced with the
 	// same weights, evicts the cheaper layer 1 first.
-	rc := costmodel.Recompute{Beta: 48e-9, PositionWeight: costmodel.Flat}
-	cm := &costmodel.Model{Recompute: rc, Link: costmodel.Link{BytesPerSecond: 1e9}}
+	rc := &costmodel.Recompute{Beta: 48e-9, PositionWeight: costmodel.Flat}
 	clock := &eviction.ManualClock{}
 	var events []Event
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 4}, CPU: Capacity{Units: 8}, CostModel: cm,
-		GPUPolicy: RetentionFactory(rc), Clock: clock, Events: func(e Event) { events = append(events, e) }})
+	c, err := New(Config{Layout: l, Tiers: linked(tiersOf(Capacity{Units: 4}, Capacity{Units: 8}, RetentionPolicy(), nil), costmodel.Link{BytesPerSecond: 1e9}),
+		Recompute: rc, Clock: clock, Events: func(e Event) { events = append(events, e) }})
 	require.NoError(t, err)
 	prompt := seqTokens(8, 0) // 2 blocks, 4 units: the whole GPU
 	p, err := c.Acquire(Request{Tokens: prompt})
@@ -698,18 +698,18 @@ func TestVictimOfPartlyDroppedBlockIsDropped(t *testing.T) {
 	// then both layer-0 units, whose blocks have lost a unit already.
 	var victims []int
 	for _, e := range events {
-		if e.Kind == UnitDropped {
+		if what(e) == "dropped" {
 			victims = append(victims, e.Slice)
 		}
 	}
 	require.Equal(t, []int{1, 1, 0, 0}, victims)
-	require.Zero(t, q.OffloadedUnits)
-	require.Equal(t, 4, q.DroppedUnits)
-	require.Empty(t, q.Copies)
+	require.Zero(t, q.Offloaded)
+	require.Equal(t, 4, q.Dropped)
+	require.Empty(t, q.Executed)
 	require.NoError(t, c.Commit(q.Seq, 8))
 	st := c.Stats()
 	require.Zero(t, st.Offloads)
-	require.Zero(t, st.CPU.Cached)
+	require.Zero(t, st.Tier(CPU).Cached)
 	// Blocks with no bytes left are forgotten: the tree holds q's only.
 	require.Equal(t, 2, st.Blocks)
 	require.NoError(t, c.checkInvariants())
@@ -723,11 +723,10 @@ func TestSparseSequenceKeepsOffloadingPartlyDroppedBlocks(t *testing.T) {
 	l := tinyLayout(t, layout.BSA, nil) // 4 units per block: (layer, KV head), 16 bytes each
 	// Layer 0's units cost 24 ns to recompute, 16 ns to copy back:
 	// offloaded; layer 1's cost 12 ns: dropped, and evicted first.
-	rc := costmodel.Recompute{Beta: 24e-9, PositionWeight: costmodel.Flat}
-	cm := &costmodel.Model{Recompute: rc, Link: costmodel.Link{BytesPerSecond: 1e9}}
+	rc := &costmodel.Recompute{Beta: 24e-9, PositionWeight: costmodel.Flat}
 	clock := &eviction.ManualClock{}
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 12}, CPU: Capacity{Units: 16}, CostModel: cm,
-		GPUPolicy: RetentionFactory(rc), Clock: clock})
+	c, err := New(Config{Layout: l, Tiers: linked(tiersOf(Capacity{Units: 12}, Capacity{Units: 16}, RetentionPolicy(), nil), costmodel.Link{BytesPerSecond: 1e9}),
+		Recompute: rc, Clock: clock})
 	require.NoError(t, err)
 	prompt := seqTokens(16, 0) // 4 blocks
 	p, err := c.Acquire(Request{Tokens: prompt, Sparse: true})
@@ -742,13 +741,13 @@ func TestSparseSequenceKeepsOffloadingPartlyDroppedBlocks(t *testing.T) {
 		last, err = c.Append(p.Seq, prompt[4*i:4*i+4]...)
 		require.NoError(t, err)
 	}
-	require.Equal(t, 2, last.DroppedUnits)
-	require.Equal(t, 2, last.OffloadedUnits)
+	require.Equal(t, 2, last.Dropped)
+	require.Equal(t, 2, last.Offloaded)
 	var res SparseResult
 	// Layer 0 of block 0: both KV heads' units come back from the CPU.
-	require.NoError(t, c.SparseAccess(p.Seq, 0, [][]int64{{0}, {0}, {0}, {0}}, &res))
+	require.NoError(t, c.SparseAccess(p.Seq, byQueryHeads(c.Layout(), 0, [][]int64{{0}, {0}, {0}, {0}}), &res))
 	require.Equal(t, 2, res.Onboarded)
-	require.Zero(t, res.Recompute)
+	require.Zero(t, res.Computed)
 	require.NoError(t, c.checkInvariants())
 }
 

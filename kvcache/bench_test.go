@@ -33,7 +33,7 @@ func seedPaged(b *testing.B, blockTokens int) *layout.Layout {
 // 7. Metadata only (no Mover).
 func BenchmarkAcquireRelease90(b *testing.B) {
 	l := seedPaged(b, 16)
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 28 * 64 * 8}})
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 28 * 64 * 8}, Capacity{})})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func BenchmarkAcquireRelease90(b *testing.B) {
 		}
 	}
 	st := c.Stats()
-	b.ReportMetric(float64(st.GPU.Hits)/float64(st.GPU.Hits+st.GPU.Misses), "hit-rate")
+	b.ReportMetric(float64(st.Tier(GPU).Hits)/float64(st.Tier(GPU).Hits+st.Tier(GPU).Misses), "hit-rate")
 }
 
 // BenchmarkAppendToken decodes one token at a time on a sequence of the seed
@@ -69,7 +69,7 @@ func BenchmarkAcquireRelease90(b *testing.B) {
 // tokens. Sequences are released and restarted every 4096 tokens.
 func BenchmarkAppendToken(b *testing.B) {
 	l := seedPaged(b, 16)
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 28 * 600}})
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 28 * 600}, Capacity{})})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func BenchmarkSparseAccessLayer(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c, err := New(Config{Layout: l, GPU: Capacity{Bytes: 1 << 30}, CPU: Capacity{Bytes: 8 << 30}})
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Bytes: 1 << 30}, Capacity{Bytes: 8 << 30})})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func BenchmarkSparseAccessLayer(b *testing.B) {
 			x := uint64(step*16+q) * 0x9e3779b97f4a7c15
 			heads[q] = append(heads[q][:0], int64(x>>61), int64(x>>58&7), int64(x>>55&7), 8)
 		}
-		if err := c.SparseAccess(p.Seq, layer, heads, &res); err != nil {
+		if err := c.SparseAccess(p.Seq, byQueryHeads(c.Layout(), layer, heads), &res); err != nil {
 			b.Fatal(err)
 		}
 		read += res.BytesRead
@@ -151,7 +151,7 @@ func BenchmarkOffloadCopy(b *testing.B) {
 		b.Fatal(err)
 	}
 	const n = 16
-	store, err := NewMemoryStore(l, Capacity{Units: n}, Capacity{Units: n})
+	store, err := NewMemoryStore(l, GPUAndCPU(Capacity{Units: n}, Capacity{Units: n}))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func metadataPerUnit(b *testing.B, l *layout.Layout, blocks, units int) float64 
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: int64(units)}})
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: int64(units)}, Capacity{})})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -243,8 +243,8 @@ func metadataPerUnit(b *testing.B, l *layout.Layout, blocks, units int) float64 
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
-	if st := c.Stats(); st.GPU.Cached != int64(units) {
-		b.Fatalf("%d cached units, want %d", st.GPU.Cached, units)
+	if st := c.Stats(); st.Tier(GPU).Cached != int64(units) {
+		b.Fatalf("%d cached units, want %d", st.Tier(GPU).Cached, units)
 	}
 	runtime.KeepAlive(c)
 	return float64(after.HeapAlloc-before.HeapAlloc) / float64(units)

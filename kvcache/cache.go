@@ -2,7 +2,6 @@ package kvcache
 
 import (
 	"fmt"
-	"math/bits"
 	"sync"
 
 	"github.com/kvtier/kvtier/costmodel"
@@ -11,10 +10,10 @@ import (
 	"github.com/kvtier/kvtier/radix"
 )
 
-// Cache is a tiered KV cache: it owns the GPU and CPU slot arenas, the prefix
-// tree of reusable token blocks, the sequences and their block tables, and
-// one eviction policy per (tier, pool). Build one with New; the zero Cache is
-// not usable.
+// Cache is a tiered KV cache: it owns the slot arenas of its tiers, the
+// prefix tree of reusable token blocks, the sequences and their block
+// tables, and one eviction policy per arena (tier and pool). Build one with
+// New; the zero Cache is not usable.
 //
 // Concurrency: a Cache is safe for concurrent use by any number of
 // goroutines. One mutex serializes every method, because policies and the
@@ -28,58 +27,32 @@ import (
 type Cache struct {
 	mu sync.Mutex
 
-	lay         *layout.Layout
-	blockTokens int
-	numSlices   int
-	sliceShift  uint
-	slicePool   []int32 // slice -> pool
-	sliceLayer  []int32 // slice -> KV layer, -1 when the unit spans several
-	kvLayers    int
-	layers      int
-	queryHeads  int
-	headGroup   int // query heads per stored KV head
-	storedHeads int
-	layerKV     []int32 // model layer -> KV layer
-	sliceFor    []int   // kvLayer*storedHeads + head -> slice
-	sliceHead   []int   // slice -> KV head, -1 when it holds every head
-	pools       []poolGeom
-	gpu, cpu    []*arena // per pool
+	// The parts, each with one job:
+	geom   *geometry  // what the layout says, immutable (geometry.go)
+	units  unitTable  // units, block records and the UnitID codec (units.go)
+	tiers  tierSet    // the tiers' slot arenas and policies (tiers.go, arena.go)
+	tree   *radix.Tree[int32]
+	seqs   map[SeqID]*sequence // live sequences (sequence.go)
+	tx     txn                 // the running operation's transaction (transaction.go)
+	meta   metadata            // the tree's budget and hollow nodes (metadata.go)
+	events eventLog            // events waiting for the sink and TakeEvents (eventlog.go)
 
-	tree  *radix.Tree[int32]
-	cost  *costmodel.Model
-	mover Mover
+	// The user's code the cache calls (callbacks.go).
+	mover     Mover
+	decider   Decider
+	recompute *costmodel.Recompute
 
-	ids unitIDs
-	// Unit state, indexed by ix(UnitID) (block<<sliceShift | slice).
-	uTier []Tier
-	uSlot []int32
-	uPins []int32
-
-	blocks     []blockRec
-	freeBlocks []int32
-	gcQueue    []int32
-	// hollowHead and hollowTail delimit the list of hollow nodes, least
-	// recently hollowed first; maxBlocks is the tree's budget (see
-	// metadata.go).
-	hollowHead, hollowTail int32
-	hollowCount            int
-	maxBlocks              int
-
-	seqs    map[SeqID]*sequence
 	nextSeq SeqID
 	// writing counts the private full blocks of live sequences by chain
 	// hash (see commit.go).
 	writing map[uint64]int32
-
-	tx      txn
+	// gcQueue holds blocks whose last bytes went, to collect (gc.go).
+	gcQueue []int32
 	scratch scratch
 	st      counters
-
-	// poisoned is the ErrPolicy error of the first policy that refused an
-	// Insert; once set, every mutating call returns it (see ErrPolicy).
+	// poisoned is the error of the first breach of a policy's contract;
+	// once set, every mutating call returns it (see ErrPolicy).
 	poisoned error
-
-	events eventLog
 	// snap is the Stats at the end of the last operation, which a
 	// callback of the running one sees (see lock.go).
 	snap Stats
@@ -88,129 +61,40 @@ type Cache struct {
 // New validates cfg and returns a Cache. Errors wrap ErrInvalidConfig and
 // name the bad field.
 func New(cfg Config) (*Cache, error) {
-	l := cfg.Layout
-	if l == nil || l.UnitsPerBlock() == 0 {
-		return nil, fmt.Errorf("%w: Layout is nil or not built by layout.New", ErrInvalidConfig)
-	}
-	if cfg.GPU.Units == 0 && cfg.GPU.Bytes == 0 {
-		return nil, fmt.Errorf("%w: GPU capacity is zero", ErrInvalidConfig)
-	}
-	if cfg.EventBuffer < 0 {
-		return nil, fmt.Errorf("%w: EventBuffer %d is negative", ErrInvalidConfig, cfg.EventBuffer)
-	}
-	if cfg.MaxBlocks < 0 {
-		return nil, fmt.Errorf("%w: MaxBlocks %d is negative", ErrInvalidConfig, cfg.MaxBlocks)
-	}
-	lp := l.Pools()
-	gpuSlots, err := splitCapacity("GPU", cfg.GPU, lp)
+	g, err := newGeometry(cfg.Layout)
 	if err != nil {
 		return nil, err
 	}
-	cpuSlots, err := splitCapacity("CPU", cfg.CPU, lp)
+	if err := validateConfig(&cfg); err != nil {
+		return nil, err
+	}
+	units, err := newUnitTable(g.sliceShift)
 	if err != nil {
 		return nil, err
 	}
-	for p, n := range gpuSlots {
-		if n == 0 {
-			return nil, fmt.Errorf("%w: GPU capacity %+v gives pool %d (unit %d bytes) no slot", ErrInvalidConfig, cfg.GPU, p, lp[p].UnitBytes)
-		}
-	}
-	if cfg.CostModel != nil {
-		if err := cfg.CostModel.Validate(); err != nil {
-			return nil, fmt.Errorf("%w: CostModel: %w", ErrInvalidConfig, err)
-		}
-	}
-	clock := cfg.Clock
-	if clock == nil {
-		clock = eviction.NewSystemClock()
-	}
-	m := l.Model()
 	c := &Cache{
-		lay:         l,
-		blockTokens: l.TokensPerUnit(),
-		numSlices:   l.UnitsPerBlock(),
-		kvLayers:    m.KVLayers(),
-		layers:      m.Layers,
-		queryHeads:  m.QueryHeads,
-		headGroup:   m.QueryHeads / m.StoredHeads(),
-		storedHeads: m.StoredHeads(),
-		mover:       cfg.Mover,
-		seqs:        make(map[SeqID]*sequence),
-		hollowHead:  noBlock,
-		hollowTail:  noBlock,
-		writing:     make(map[uint64]int32),
-		nextSeq:     1,
+		geom:    g,
+		units:   units,
+		seqs:    make(map[SeqID]*sequence),
+		writing: make(map[uint64]int32),
+		nextSeq: 1,
+		mover:   cfg.Mover,
+		decider: cfg.Decider,
 	}
-	if cfg.CostModel != nil {
-		cm := *cfg.CostModel
-		c.cost = &cm
+	if cfg.Recompute != nil {
+		r := *cfg.Recompute
+		c.recompute = &r
 	}
-	c.sliceShift = uint(bits.Len(uint(c.numSlices - 1)))
-	if c.ids, err = newUnitIDs(c.sliceShift); err != nil {
+	slots, err := c.buildTiers(cfg)
+	if err != nil {
 		return nil, err
 	}
-	c.pools = make([]poolGeom, len(lp))
-	for i, p := range lp {
-		c.pools[i] = poolGeom{unitBytes: p.UnitBytes, window: p.Window, unitsPerBlock: p.UnitsPerBlock}
+	maxBlocks := cfg.MaxBlocks
+	if maxBlocks == 0 {
+		maxBlocks = defaultMaxBlocks(g.pools, slots)
 	}
-	c.maxBlocks = cfg.MaxBlocks
-	if c.maxBlocks == 0 {
-		c.maxBlocks = defaultMaxBlocks(c.pools, gpuSlots, cpuSlots)
-	}
-	c.slicePool = make([]int32, c.numSlices)
-	c.sliceLayer = make([]int32, c.numSlices)
-	for i := range c.numSlices {
-		s, err := l.Slice(i)
-		if err != nil {
-			return nil, fmt.Errorf("%w: Layout: %w", ErrInvalidConfig, err)
-		}
-		c.slicePool[i] = int32(s.Pool)
-		c.sliceLayer[i] = int32(s.KVLayer)
-		c.pools[s.Pool].slices = append(c.pools[s.Pool].slices, i)
-	}
-	c.sliceHead = make([]int, c.numSlices)
-	for i := range c.numSlices {
-		s, _ := l.Slice(i)
-		c.sliceHead[i] = s.KVHead
-	}
-	c.layerKV = make([]int32, c.layers)
-	for layer := range c.layers {
-		k, err := m.KVLayerOf(layer)
-		if err != nil {
-			return nil, fmt.Errorf("%w: Layout: %w", ErrInvalidConfig, err)
-		}
-		c.layerKV[layer] = int32(k)
-	}
-	c.sliceFor = make([]int, c.kvLayers*c.storedHeads)
-	for k := range c.kvLayers {
-		for h := range c.storedHeads {
-			s, err := l.SliceOf(k, h)
-			if err != nil {
-				return nil, fmt.Errorf("%w: Layout: %w", ErrInvalidConfig, err)
-			}
-			c.sliceFor[k*c.storedHeads+h] = s
-		}
-	}
-	gpuFactory, cpuFactory := cfg.GPUPolicy, cfg.CPUPolicy
-	if gpuFactory == nil {
-		gpuFactory = LRUFactory
-	}
-	if cpuFactory == nil {
-		cpuFactory = LRUFactory
-	}
-	for p := range lp {
-		ga, err := c.makeArena(GPU, p, gpuSlots[p], lp[p].UnitBytes, clock, gpuFactory)
-		if err != nil {
-			return nil, err
-		}
-		ca, err := c.makeArena(CPU, p, cpuSlots[p], lp[p].UnitBytes, clock, cpuFactory)
-		if err != nil {
-			return nil, err
-		}
-		c.gpu = append(c.gpu, ga)
-		c.cpu = append(c.cpu, ca)
-	}
-	c.tree, err = radix.NewTree[int32](c.blockTokens, cfg.HashSeed)
+	c.meta = newMetadata(maxBlocks)
+	c.tree, err = radix.NewTree[int32](g.blockTokens, cfg.HashSeed)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -219,50 +103,139 @@ func New(cfg Config) (*Cache, error) {
 	return c, nil
 }
 
-func (c *Cache) makeArena(t Tier, pool, slots int, unitBytes int64, clock eviction.Clock, f PolicyFactory) (*arena, error) {
-	p, n, err := callFactory(f, PoolInfo{Tier: t, Pool: pool, Slots: slots, UnitBytes: unitBytes, Clock: clock})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s policy of pool %d: %w", ErrInvalidConfig, t, pool, err)
+// validateConfig checks the fields of cfg that need no layout.
+func validateConfig(cfg *Config) error {
+	if n := len(cfg.Tiers); n == 0 || n > MaxTiers {
+		return fmt.Errorf("%w: %d tiers, want 1 to %d", ErrInvalidConfig, n, MaxTiers)
 	}
-	if p == nil {
-		return nil, fmt.Errorf("%w: %s policy factory returned nil for pool %d", ErrInvalidConfig, t, pool)
+	if cfg.EventBuffer < 0 {
+		return fmt.Errorf("%w: EventBuffer %d is negative", ErrInvalidConfig, cfg.EventBuffer)
 	}
-	if n != 0 {
-		return nil, fmt.Errorf("%w: %s policy of pool %d is not empty (%d keys)", ErrInvalidConfig, t, pool, n)
+	if cfg.MaxBlocks < 0 {
+		return fmt.Errorf("%w: MaxBlocks %d is negative", ErrInvalidConfig, cfg.MaxBlocks)
 	}
-	return newArena(c, t, pool, slots, p), nil
+	if cfg.Recompute != nil {
+		if err := cfg.Recompute.Validate(); err != nil {
+			return fmt.Errorf("%w: Recompute: %w", ErrInvalidConfig, err)
+		}
+	}
+	names := map[string]int{}
+	for i, t := range cfg.Tiers {
+		name := tierName(t, i)
+		if j, dup := names[name]; dup {
+			return fmt.Errorf("%w: tiers %d and %d are both named %q", ErrInvalidConfig, j+1, i+1, name)
+		}
+		names[name] = i
+		if t.Capacity == (Capacity{}) {
+			return fmt.Errorf("%w: tier %d (%s) has no capacity", ErrInvalidConfig, i+1, name)
+		}
+		if i > 0 && t.Link != (costmodel.Link{}) {
+			if err := t.Link.Validate(); err != nil {
+				return fmt.Errorf("%w: tier %d (%s) Link: %w", ErrInvalidConfig, i+1, name, err)
+			}
+		}
+	}
+	return nil
 }
 
-// arenaOf returns the arena of tier t and pool p.
-func (c *Cache) arenaOf(t Tier, p int) *arena {
-	if t == CPU {
-		return c.cpu[p]
+// buildTiers builds the arenas and policies of cfg's tiers and returns the
+// slots of each tier per pool.
+func (c *Cache) buildTiers(cfg Config) ([][]int, error) {
+	g := c.geom
+	lp := g.layout.Pools()
+	clock := cfg.Clock
+	if clock == nil {
+		clock = eviction.NewSystemClock()
 	}
-	return c.gpu[p]
+	var all [][]int
+	for i, tc := range cfg.Tiers {
+		t := Tier(i + 1)
+		name := tierName(tc, i)
+		slots, err := splitCapacity(name, tc.Capacity, lp)
+		if err != nil {
+			return nil, err
+		}
+		if t == GPU {
+			for p, n := range slots {
+				if n == 0 {
+					return nil, fmt.Errorf("%w: %s capacity %+v gives pool %d (unit %d bytes) no slot", ErrInvalidConfig, name, tc.Capacity, p, lp[p].UnitBytes)
+				}
+			}
+		}
+		factory := tc.Policy
+		if factory == nil {
+			factory = LRUPolicy()
+		}
+		level := tierLevel{name: name, link: tc.Link}
+		if t == GPU {
+			level.link = costmodel.Link{}
+		}
+		for p := range lp {
+			info := PoolInfo{Tier: t, TierName: name, Pool: p, Slots: slots[p], UnitBytes: lp[p].UnitBytes, Clock: clock,
+				Recompute: c.recompute, keyBits: int(c.units.genShift)}
+			a, err := c.makeArena(info, factory)
+			if err != nil {
+				return nil, err
+			}
+			level.arenas = append(level.arenas, a)
+		}
+		c.tiers.levels = append(c.tiers.levels, level)
+		all = append(all, slots)
+	}
+	return all, nil
+}
+
+func (c *Cache) makeArena(info PoolInfo, f PolicyFactory) (*arena, error) {
+	p, n, err := callFactory(f, info)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s policy of pool %d: %w", ErrInvalidConfig, info.TierName, info.Pool, err)
+	}
+	if p == nil {
+		return nil, fmt.Errorf("%w: %s policy factory returned nil for pool %d", ErrInvalidConfig, info.TierName, info.Pool)
+	}
+	if n != 0 {
+		return nil, fmt.Errorf("%w: %s policy of pool %d is not empty (%d keys)", ErrInvalidConfig, info.TierName, info.Pool, n)
+	}
+	return newArena(c, info.Tier, info.Pool, info.Slots, p), nil
 }
 
 // Layout returns the layout the cache was built with.
-func (c *Cache) Layout() *layout.Layout { return c.lay }
+func (c *Cache) Layout() *layout.Layout { return c.geom.layout }
 
 // BlockTokens returns the number of tokens per token block.
-func (c *Cache) BlockTokens() int { return c.blockTokens }
+func (c *Cache) BlockTokens() int { return c.geom.blockTokens }
+
+// Tiers returns the number of tiers.
+func (c *Cache) Tiers() int { return len(c.tiers.levels) }
+
+// TierName returns the name of tier t (TierConfig.Name, or its default),
+// "dropped" for Dropped, or "" for a tier the cache does not have.
+func (c *Cache) TierName(t Tier) string {
+	if t == Dropped {
+		return t.String()
+	}
+	if !c.tiers.valid(t) {
+		return ""
+	}
+	return c.tiers.levels[t-1].name
+}
 
 // Slots returns the number of slots of tier t in pool p, or 0 for a bad tier
 // or pool.
 func (c *Cache) Slots(t Tier, p int) int {
-	if p < 0 || p >= len(c.pools) || (t != GPU && t != CPU) {
+	if p < 0 || p >= len(c.geom.pools) || !c.tiers.valid(t) {
 		return 0
 	}
-	return c.arenaOf(t, p).capacity()
+	return c.tiers.arena(t, p).capacity()
 }
 
 // Pools returns the number of pools (slot arenas per tier).
-func (c *Cache) Pools() int { return len(c.pools) }
+func (c *Cache) Pools() int { return len(c.geom.pools) }
 
 // SlicePool returns the pool of slice s, or -1 when s is out of range.
 func (c *Cache) SlicePool(s int) int {
-	if s < 0 || s >= c.numSlices {
+	if s < 0 || s >= c.geom.slices {
 		return -1
 	}
-	return int(c.slicePool[s])
+	return c.geom.poolOfSlice(s)
 }

@@ -55,7 +55,7 @@ func (m *callingMover) Copy([]Copy) error {
 func TestCallbackCallingTheCacheDoesNotDeadlock(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, nil)
 	m := &callingMover{errs: map[string]error{}}
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 4}, CPU: Capacity{Units: 4}, Mover: m})
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 4}, Capacity{Units: 4}), Mover: m})
 	require.NoError(t, err)
 	m.c = c
 	a, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
@@ -98,8 +98,7 @@ func (p *statsPolicy) Evict() (UnitID, bool) {
 func TestPolicyCallingStats(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, nil)
 	p := &statsPolicy{Policy: eviction.NewLRU[UnitID]()}
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 2},
-		GPUPolicy: func(PoolInfo) (eviction.Policy[UnitID], error) { return p, nil }})
+	c, err := New(Config{Layout: l, Tiers: tiersOf(Capacity{Units: 2}, Capacity{}, func(PoolInfo) (eviction.Policy[UnitID], error) { return p, nil }, nil)})
 	require.NoError(t, err)
 	p.c = c
 	within(t, func() {
@@ -118,7 +117,7 @@ func TestPolicyCallingStats(t *testing.T) {
 func TestSinkPanicIsReported(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, nil)
 	var got []EventKind
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 8}, Events: func(e Event) {
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 8}, Capacity{}), Events: func(e Event) {
 		if len(got) == 0 {
 			got = append(got, 0)
 			panic("sink bug")
@@ -151,7 +150,7 @@ func TestSinkGoexitDoesNotStallDelivery(t *testing.T) {
 	var mu sync.Mutex
 	exited := false
 	var got []EventKind
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 8}, Events: func(e Event) {
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 8}, Capacity{}), Events: func(e Event) {
 		mu.Lock()
 		first := !exited
 		exited = true
@@ -198,7 +197,7 @@ func TestEachCallerDeliversItsOwnEvents(t *testing.T) {
 	var mu sync.Mutex
 	var got []uint64
 	first := true
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 16}, Events: func(e Event) {
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 16}, Capacity{}), Events: func(e Event) {
 		mu.Lock()
 		wait := first
 		first = false
@@ -254,10 +253,10 @@ func TestEachCallerDeliversItsOwnEvents(t *testing.T) {
 func TestSinkMayChangeTheCache(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, nil)
 	var c *Cache
-	var kinds []EventKind
+	var kinds []string
 	var victim SeqID
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 4}, Events: func(e Event) {
-		kinds = append(kinds, e.Kind)
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 4}, Capacity{}), Events: func(e Event) {
+		kinds = append(kinds, what(e))
 		if e.Kind == BlockStored && victim != 0 {
 			id := victim
 			victim = 0
@@ -271,7 +270,7 @@ func TestSinkMayChangeTheCache(t *testing.T) {
 	require.NoError(t, err)
 	victim = a.Seq
 	within(t, func() { require.NoError(t, c.Commit(a.Seq, 4)) })
-	require.Equal(t, []EventKind{BlockStored, UnitDropped, UnitDropped, BlockRemoved}, kinds)
+	require.Equal(t, []string{"stored", "dropped", "dropped", "removed"}, kinds)
 	require.NoError(t, c.checkInvariants())
 }
 
@@ -279,7 +278,7 @@ func TestSinkMayChangeTheCache(t *testing.T) {
 // its capacity and reports how many it dropped.
 func TestTakeEventsBoundsMemory(t *testing.T) {
 	l := tinyLayout(t, layout.AllLayers, nil) // one unit per block
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 64}, EventBuffer: 4})
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 64}, Capacity{}), EventBuffer: 4})
 	require.NoError(t, err)
 	a, err := c.Acquire(Request{Tokens: seqTokens(40, 0)}) // ten blocks
 	require.NoError(t, err)
@@ -300,10 +299,10 @@ func TestTakeEventsBoundsMemory(t *testing.T) {
 	require.Empty(t, events)
 	require.Zero(t, lost)
 	require.Zero(t, c.Stats().EventsBuffered)
-	_, err = New(Config{Layout: l, GPU: Capacity{Units: 64}, EventBuffer: -1})
+	_, err = New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 64}, Capacity{}), EventBuffer: -1})
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	// Without a buffer, TakeEvents has nothing to give.
-	c2, err := New(Config{Layout: l, GPU: Capacity{Units: 64}})
+	c2, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 64}, Capacity{})})
 	require.NoError(t, err)
 	events, lost, err = c2.TakeEvents(nil)
 	require.NoError(t, err)

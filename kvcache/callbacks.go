@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"runtime/debug"
 
-	"github.com/kvtier/kvtier/costmodel"
 	"github.com/kvtier/kvtier/eviction"
 )
 
 // Every call from the cache into user code goes through a function of this
 // file: the eviction policies (and the clock they read), the Mover, the
-// cost model (its weight functions) and the policy factories. Each one
+// Decider and the cost model (its weight functions), and the policy
+// factories. Each one
 // recovers a panic, because a server that recovers panics itself (net/http
 // does, per request) would otherwise keep using a cache whose transaction
 // was left half-applied: slots pinned for good, counts that no longer add
@@ -20,8 +20,8 @@ import (
 //     calling it (the arena keeps its own accounting exact, as if every
 //     call had succeeded), the running operation is rolled back where it
 //     has not committed yet, and the cache is poisoned (ErrPolicy);
-//   - a panicking cost model is treated like a policy: it decides what is
-//     evicted and how;
+//   - a panicking Decider or cost model is treated like a policy: it
+//     decides what eviction does;
 //   - a panicking Mover is a failed batch whose writes are unknown: the
 //     operation is rolled back and the units whose slots the batch would
 //     have written are dropped, ending the operation's own sequence if the
@@ -30,8 +30,8 @@ import (
 
 // PanicError is what a panic in user code becomes: an error returned by the
 // cache wraps it (errors.As) together with the sentinel of what panicked
-// (ErrPolicy for a policy or the cost model, ErrCopyFailed for the Mover,
-// ErrInvalidConfig for a policy factory).
+// (ErrPolicy for a policy, the Decider or the cost model, ErrCopyFailed
+// for the Mover, ErrInvalidConfig for a policy factory).
 type PanicError struct {
 	// Call names the call that panicked, for example "gpu policy of pool
 	// 0: Insert" or "Mover.Copy".
@@ -160,18 +160,21 @@ func (c *Cache) copyBatch(batch []Copy) (err error) {
 	return c.mover.Copy(batch)
 }
 
-// decideOffload asks the cost model whether victim v of pool p should be
-// offloaded. A weight function that panics poisons the cache like a policy
-// (the cost model decides what eviction does); the victim is then dropped.
-func (c *Cache) decideOffload(v UnitID, p int) (offload bool) {
+// decide asks the Decider (DefaultDecider when Config.Decider is nil)
+// about victim v. A panic, of the Decider or of the cost model's weight
+// functions it calls, poisons the cache like a policy's (they decide what
+// eviction does); the victim is then dropped.
+func (c *Cache) decide(v Victim) (move bool) {
 	defer func() {
 		if r := recover(); r != nil {
-			c.poisonWith(newPanicError("CostModel.Decide", r))
-			offload = false
+			c.poisonWith(newPanicError("Decider", r))
+			move = false
 		}
 	}()
-	act, err := c.cost.Decide(c.entryOf(v).Unit, c.pools[p].unitBytes)
-	return err == nil && act == costmodel.Offload
+	if c.decider == nil {
+		return DefaultDecider(v)
+	}
+	return c.decider(v)
 }
 
 // callFactory builds the policy of one arena, turning a panic of the
@@ -179,7 +182,7 @@ func (c *Cache) decideOffload(v UnitID, p int) (offload bool) {
 func callFactory(f PolicyFactory, info PoolInfo) (p eviction.Policy[UnitID], n int, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			p, err = nil, newPanicError(fmt.Sprintf("%s policy factory of pool %d", info.Tier, info.Pool), r)
+			p, err = nil, newPanicError(fmt.Sprintf("%s policy factory of pool %d", info.TierName, info.Pool), r)
 		}
 	}()
 	p, err = f(info)

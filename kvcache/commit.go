@@ -52,7 +52,6 @@ func (c *Cache) Commit(id SeqID, upTo int) (err error) {
 		return fmt.Errorf("%w: commit %d tokens of a sequence of %d", ErrOutOfRange, upTo, len(s.tokens))
 	}
 	c.commitThrough(s, upTo)
-	c.collectPending()
 	return nil
 }
 
@@ -81,16 +80,16 @@ func (c *Cache) Abort(id SeqID) (err error) {
 // commitThrough commits, in order, the private full blocks of s below
 // token upTo (see the top of this file).
 func (c *Cache) commitThrough(s *sequence, upTo int) {
-	full := upTo / c.blockTokens
+	full := upTo / c.geom.blockTokens
 	s.restored = s.restored[:0]
 	for i := s.firstPrivate; i < full; i++ {
 		b := s.blocks[i]
-		if c.blocks[b].node != nil {
+		if c.units.blocks[b].node != nil {
 			continue
 		}
 		var parent *radix.Node[int32]
 		if i > 0 {
-			parent = c.blocks[s.blocks[i-1]].node
+			parent = c.units.blocks[s.blocks[i-1]].node
 		}
 		c.unindexWriting(b)
 		c.commitBlock(s, i, parent)
@@ -104,7 +103,7 @@ func (c *Cache) commitThrough(s *sequence, upTo int) {
 // or s recomputed a cached block), s adopts it and its own copy is merged
 // away (mergeBlock).
 func (c *Cache) commitBlock(s *sequence, i int, parent *radix.Node[int32]) {
-	B := c.blockTokens
+	B := c.geom.blockTokens
 	n, created, err := c.tree.InsertChild(parent, s.keys, s.tokens[i*B:(i+1)*B], s.extra)
 	if err != nil {
 		// Unreachable: the parent is live (referenced by s), the keys
@@ -114,58 +113,12 @@ func (c *Cache) commitBlock(s *sequence, i int, parent *radix.Node[int32]) {
 	b := s.blocks[i]
 	if created {
 		n.Value = b
-		c.blocks[b].node = n
+		c.units.blocks[b].node = n
 		c.st.stored++
 		c.emitBlock(BlockStored, b)
 		return
 	}
 	c.mergeBlock(s, i, n)
-}
-
-// recomputeCopy returns a private block that a sequence recomputes in
-// place of the cached block twin, one of whose units it needs has no bytes:
-// the server writes the copy, and committing it restores twin's dropped
-// units from it (mergeBlock). The sequence keeps the reference it holds on
-// twin meanwhile (the caller took it), which protects the chain of cached
-// blocks after it; it is released with the copy (discardPrivate) or becomes
-// the sequence's reference to twin when the copy merges.
-func (c *Cache) recomputeCopy(twin int32, sparse bool) int32 {
-	t := &c.blocks[twin]
-	b := c.allocBlock(int(t.index), int(t.chunks), int(t.prio), t.prioDur)
-	r := &c.blocks[b]
-	r.twin = twin
-	r.hash = t.node.Hash()
-	c.addRef(b, sparse)
-	return b
-}
-
-// lacksBytes reports whether a unit of block b in a pool of pools (all
-// pools when pools is nil) has no bytes.
-func (c *Cache) lacksBytes(b int32, pools []bool) bool {
-	if pools == nil {
-		return c.blocks[b].held < int32(c.numSlices)
-	}
-	for p, want := range pools {
-		if !want {
-			continue
-		}
-		for _, sl := range c.pools[p].slices {
-			if c.uTier[c.ix(c.unit(b, sl))] == Dropped {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// dropNew forgets a block an operation created (a new, copy-on-write or
-// recompute block) because the operation failed. The caller undoes the
-// reference it took on a recompute copy's twin.
-func (c *Cache) dropNew(b int32) {
-	r := &c.blocks[b]
-	r.refs, r.sparseRefs = 0, 0
-	c.unindexWriting(b)
-	c.freeBlock(b)
 }
 
 // chainState returns the hash chain's state after block i-1 of s, from
@@ -175,7 +128,7 @@ func (c *Cache) chainState(s *sequence, i int) radix.State {
 	if i == 0 {
 		return h.Start(s.keys)
 	}
-	r := &c.blocks[s.blocks[i-1]]
+	r := &c.units.blocks[s.blocks[i-1]]
 	if r.node != nil {
 		return r.node.State()
 	}
@@ -186,15 +139,15 @@ func (c *Cache) chainState(s *sequence, i int) radix.State {
 // from block first to the last full one that are not recompute copies
 // (their twin is in the tree already).
 func (c *Cache) indexWriting(s *sequence, first int) {
-	full := len(s.tokens) / c.blockTokens
+	full := len(s.tokens) / c.geom.blockTokens
 	if first >= full {
 		return
 	}
 	st := c.chainState(s, first)
-	B := c.blockTokens
+	B := c.geom.blockTokens
 	for i := first; i < full; i++ {
 		b := s.blocks[i]
-		r := &c.blocks[b]
+		r := &c.units.blocks[b]
 		if r.node != nil {
 			st = r.node.State()
 			continue
@@ -217,7 +170,7 @@ func (c *Cache) indexWriting(s *sequence, first int) {
 // unindexWriting removes private block b from the index of blocks being
 // written, if it is there.
 func (c *Cache) unindexWriting(b int32) {
-	r := &c.blocks[b]
+	r := &c.units.blocks[b]
 	if !r.indexed {
 		return
 	}
@@ -231,7 +184,7 @@ func (c *Cache) unindexWriting(b int32) {
 // block matched on (continuing the chain st of the matched prefix) live
 // sequences are writing now, counted up to the first block nobody writes.
 func (c *Cache) beingWritten(st radix.State, tokens []uint32, extra []radix.ExtraKey, matched int) int {
-	B := c.blockTokens
+	B := c.geom.blockTokens
 	if len(c.writing) == 0 || (matched+1)*B > len(tokens) {
 		return 0
 	}

@@ -19,10 +19,10 @@ func TestConcurrentStress(t *testing.T) {
 	l, err := layout.New(m, layout.BSA, 4)
 	require.NoError(t, err)
 	gpu, cpu := Capacity{Units: 96}, Capacity{Units: 64}
-	store, err := NewMemoryStore(l, gpu, cpu)
+	store, err := NewMemoryStore(l, GPUAndCPU(gpu, cpu))
 	require.NoError(t, err)
 	var inSink, maxInSink, events atomic.Int64
-	c, err := New(Config{Layout: l, GPU: gpu, CPU: cpu, Mover: store, Events: func(Event) {
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(gpu, cpu), Mover: store, Events: func(Event) {
 		n := inSink.Add(1)
 		if n > maxInSink.Load() {
 			maxInSink.Store(n)
@@ -68,7 +68,7 @@ func TestConcurrentStress(t *testing.T) {
 					n, _ := c.Len(id)
 					if n > 0 {
 						heads := [][]int64{{int64(rng.IntN((n + 3) / 4))}, nil, {0}, nil}
-						err = c.SparseAccess(id, rng.IntN(2), heads, &res)
+						err = c.SparseAccess(id, byQueryHeads(c.Layout(), rng.IntN(2), heads), &res)
 					}
 				case op < 7:
 					var p Plan
@@ -114,7 +114,7 @@ func TestConcurrentStress(t *testing.T) {
 	require.NoError(t, c.checkInvariants())
 	st := c.Stats()
 	require.Zero(t, st.Sequences)
-	require.Zero(t, st.GPU.Pinned)
+	require.Zero(t, st.Tier(GPU).Pinned)
 	require.Positive(t, events.Load())
 	require.Equal(t, int64(1), maxInSink.Load(), "event sink called concurrently")
 }

@@ -11,8 +11,7 @@ import (
 )
 
 // Capacity is the size of one tier, in units or in bytes: set exactly one of
-// the two fields (both zero means no capacity, allowed only for the CPU
-// tier).
+// the two fields.
 //
 // A tier keeps one slot arena per layout pool (layers that differ in window
 // size, or in unit size under AllLayers, have separate arenas so that every
@@ -34,84 +33,34 @@ type Capacity struct {
 	Bytes int64
 }
 
-// PoolInfo describes one (tier, pool) arena to a PolicyFactory.
-type PoolInfo struct {
-	// Tier is GPU or CPU.
-	Tier Tier
-	// Pool is the layout pool index.
-	Pool int
-	// Slots is the number of unit slots of the arena; 0 for a tier with
-	// no capacity (the policy then never sees a key).
-	Slots int
-	// UnitBytes is the size of every unit in the arena.
-	UnitBytes int64
-	// Clock is the cache's clock (Config.Clock), for policies that read
-	// time.
-	Clock eviction.Clock
+// TierConfig describes one tier of a Cache.
+type TierConfig struct {
+	// Name names the tier in errors, Stats and Cache.TierName; empty means
+	// "GPU" for the first tier, "CPU" for the second and "tierN" below.
+	// Names must differ.
+	Name string
+	// Capacity is the tier's size. It must not be zero, and the first
+	// tier's must give every layout pool at least one slot.
+	Capacity Capacity
+	// Policy builds the eviction policy of each of the tier's arenas (one
+	// per layout pool). Nil means LRUPolicy().
+	Policy PolicyFactory
+	// Link is the link between this tier and the one above it, over which
+	// its units are moved down and loaded back: the default Decider prices
+	// a load with it. The zero Link costs nothing; it is ignored for the
+	// first tier.
+	Link costmodel.Link
 }
 
-// PolicyFactory builds the eviction policy of one (tier, pool) arena. The
-// cache calls it once per arena in New.
-//
-// A factory rather than a policy value because the cache needs several
-// independent policies (one per tier and pool: a policy orders the keys of
-// one arena only, and policies are stateful and not goroutine-safe, so one
-// value cannot be shared), and because some policies need the arena's size
-// (S3-FIFO sizes its queues from the capacity) which only the cache knows
-// after splitting the tier capacity.
-//
-// What a policy may assume:
-//
-//   - A key (UnitID) names one unit of one block for the cache's lifetime:
-//     a block the cache forgets never lends its keys to another, so history
-//     kept by key (ghosts, counts) never mixes two blocks. A key is
-//     inserted again only when the same unit comes back to the arena
-//     (onboarded after an offload, restored after a drop), or when a
-//     rollback puts a victim back into a policy that does not implement
-//     eviction.Transactional.
-//   - The cache inserts only valid entries (Size 1: capacity is counted in
-//     slots, every slot of an arena has the same size; its request's
-//     priority) of keys the policy does not track, and relies on Insert
-//     never failing there. Every policy in package eviction accepts these
-//     inserts. A policy whose Insert fails poisons the cache: see
-//     ErrPolicy.
-//   - Calls come one at a time, under the cache's lock. A policy may call
-//     Stats and the configuration getters of its cache; any other method
-//     returns ErrReentrant. It must not wait for another goroutine that
-//     calls the cache.
-//   - A policy that implements eviction.Transactional is told when an
-//     operation begins and ends, and is rolled back (Rollback) when the
-//     operation fails: it is left exactly as before. Others are compensated
-//     by ordinary calls (victims inserted again, pins undone by Unpin).
-//   - A panic is recovered: the policy is not called again and the cache
-//     is poisoned (ErrPolicy), so a policy never sees a half-applied
-//     operation's consequences.
-//
-// The Entry's Unit places the unit for cost-aware policies (and for
-// Config.CostModel): Layer and Layers are the unit's KV layer and the
-// model's KV layers (Layers 0 when the unit spans every layer); Chunk is the
-// index of the unit's token block in the sequence that made it and
-// ContextTokens the tokens before that block (Chunk × BlockTokens); Chunks
-// is that sequence's length in blocks, taken as the larger of its prompt's
-// blocks (the whole Request.Tokens, Plan.Pending included) and its blocks
-// after the call that made the block. So a prompt's blocks, dense or sparse
-// (a sparse prompt is fed through Append block by block), are weighted
-// against the whole prompt by the position weight (Chunk+1)/Chunks, and a
-// decoded block is the latest chunk when made (Chunks = Chunk+1 one token
-// at a time). A block reused from the prefix tree keeps the Entry of the
-// sequence that made it.
-//
-// A key is pinned while a sequence uses its unit (Pin and Unpin on the
-// first and last user), and a unit that Acquire or SparseAccess finds on
-// the GPU is reported as a hit with Access, once pinned, unless the policy
-// declares with eviction.PinnedAccessIgnorer that Access of a pinned key
-// changes nothing (the LRU, FIFO, PrioritizedLRU and Retention of package
-// eviction do; S3-FIFO counts the hit).
-type PolicyFactory func(PoolInfo) (eviction.Policy[UnitID], error)
-
-// LRUFactory is the default PolicyFactory: an eviction.LRU per arena.
-func LRUFactory(PoolInfo) (eviction.Policy[UnitID], error) {
-	return eviction.NewLRU[UnitID](), nil
+// GPUAndCPU returns the usual two tiers: a GPU of capacity gpu and, unless
+// cpu is zero, a CPU tier of capacity cpu below it, both with LRU
+// policies and no link cost. Set their fields for anything else.
+func GPUAndCPU(gpu, cpu Capacity) []TierConfig {
+	tiers := []TierConfig{{Name: "GPU", Capacity: gpu}}
+	if cpu != (Capacity{}) {
+		tiers = append(tiers, TierConfig{Name: "CPU", Capacity: cpu})
+	}
+	return tiers
 }
 
 // EventSink receives the cache's events, in the order they happened. The
@@ -128,60 +77,28 @@ func LRUFactory(PoolInfo) (eviction.Policy[UnitID], error) {
 // events, counted the same way, and later deliveries go on.
 type EventSink func(Event)
 
-// Config describes a Cache. Layout and GPU are required; every other field
-// has a default.
+// Config describes a Cache. Layout and Tiers are required; every other
+// field has a default.
 type Config struct {
 	// Layout is the model geometry and unit kind. Its TokensPerUnit is the
 	// cache's block size (tokens per token block).
 	Layout *layout.Layout
-	// GPU is the capacity of the primary tier. It must be positive and give
-	// every pool at least one slot.
-	GPU Capacity
-	// CPU is the capacity of the offload tier; zero means no CPU tier
-	// (every GPU victim is dropped).
-	CPU Capacity
-	// GPUPolicy and CPUPolicy build the eviction policy of each arena of
-	// their tier. Nil means LRUFactory.
-	GPUPolicy, CPUPolicy PolicyFactory
-	// CostModel decides, for each GPU victim, whether it is offloaded to
-	// CPU (transfer cheaper than recompute) or dropped. Nil means always
-	// offload when the CPU tier has or can make room. The victim is priced
-	// by the Unit of its policy Entry (layer, position among its
-	// sequence's blocks, context: see PolicyFactory).
-	//
-	// The decision compares one unit's transfer time (its bytes over the
-	// link) with its block's recompute cost (costmodel.Model.Decide on
-	// the Entry's Unit: the cost of a block's prefill, times the unit's
-	// layer and position weights). That is not a mismatch of units: a
-	// block with a dropped unit is recomputed whole, through every layer,
-	// so dropping one unit of a block whose other units hold bytes costs
-	// the block's recompute, while offloading it costs only its own copy
-	// back. That is the marginal choice for the first unit of a block to
-	// leave.
-	//
-	// For the later ones dropping costs nothing more, so they are dropped
-	// without asking the cost model (with or without one): a GPU victim
-	// whose block already lacks a unit's bytes (dropped before, or by the
-	// same operation) is never offloaded. Whatever uses such a block next
-	// recomputes it and frees its CPU copies instead of reading them: a
-	// dense Acquire (or a Truncate that pins it again) recomputes it
-	// whole, and a sparse Acquire takes the cached prefix only up to it,
-	// so the Append that writes it again adopts the cached block and
-	// frees its CPU copies. This holds for sliding-window layers too: a
-	// dense Acquire pins every unit of every prompt block, so a dropped
-	// unit of a windowed layer forces the block's recompute like any
-	// other. The exception is a block that a live sparse sequence holds:
-	// SparseAccess gives each dropped unit it touches a fresh slot and
-	// onboards the touched units that are on the CPU, even of the same
-	// layer and block, so there a CPU copy is read whatever the block's
-	// other units hold, and the cost model decides as for a first unit.
-	// (Under SparseAccess the recompute of a layer's block is counted
-	// once, but the cache does not know which of its heads a later step
-	// will select, so a per-layer rule could drop a copy a step reads.)
-	// The rule is applied when the victim is picked: a unit offloaded
-	// before its block loses another one keeps its CPU copy until the
-	// CPU policy evicts it or the block is recomputed.
-	CostModel *costmodel.Model
+	// Tiers lists the tiers, fastest first, 1 to MaxTiers of them: the
+	// first is the GPU, which attention kernels read (Tier GPU), the
+	// second (Tier CPU) receives the GPU's victims, and each further tier
+	// the victims of the one above it, as the Decider chooses. Units are
+	// loaded back to the first tier from wherever they are. Victims of
+	// the last tier are dropped.
+	Tiers []TierConfig
+	// Recompute is the cost of recomputing a unit by prefill, the cache's
+	// one cost model: the default Decider weighs it against the cost of
+	// loading a victim back, and RetentionPolicy prices units with it.
+	// Nil means no cost is known: the default Decider moves every victim
+	// it can, and RetentionPolicy cannot be used.
+	Recompute *costmodel.Recompute
+	// Decider chooses, for each victim of a tier with a tier below it,
+	// whether it moves down or is dropped. Nil means DefaultDecider.
+	Decider Decider
 	// Clock is handed to policy factories. Nil means a new
 	// eviction.SystemClock.
 	Clock eviction.Clock
@@ -205,17 +122,22 @@ type Config struct {
 	// dropped, kept for the cached blocks below them) are removed, least
 	// recently hollowed first and with their subtrees, whenever the tree
 	// holds more (see Stats.PrunedBlocks). 0 means twice the token blocks
-	// the GPU and CPU tiers hold together, and at least 1024; use
-	// math.MaxInt for no bound.
+	// the tiers hold together, and at least 1024; use math.MaxInt for no
+	// bound.
 	MaxBlocks int
 }
 
-// poolGeom is what the cache keeps of a layout pool.
-type poolGeom struct {
-	unitBytes     int64
-	window        int
-	unitsPerBlock int
-	slices        []int
+// tierName returns the name of the i-th tier (from 0) of cfg.
+func tierName(cfg TierConfig, i int) string {
+	switch {
+	case cfg.Name != "":
+		return cfg.Name
+	case i == 0:
+		return "GPU"
+	case i == 1:
+		return "CPU"
+	}
+	return Tier(i + 1).String()
 }
 
 // splitCapacity returns the slots of each pool for capacity c, or an error
@@ -272,40 +194,4 @@ func PoolSlots(l *layout.Layout, c Capacity) ([]int, error) {
 		return nil, fmt.Errorf("%w: Layout is nil or not built by layout.New", ErrInvalidConfig)
 	}
 	return splitCapacity("tier", c, l.Pools())
-}
-
-// FIFOFactory builds an eviction.FIFO per arena.
-func FIFOFactory(PoolInfo) (eviction.Policy[UnitID], error) {
-	return eviction.NewFIFO[UnitID](), nil
-}
-
-// PrioritizedLRUFactory builds an eviction.PrioritizedLRU per arena, reading
-// priority expiries from the cache's clock. Request.Priorities feed it.
-func PrioritizedLRUFactory(info PoolInfo) (eviction.Policy[UnitID], error) {
-	return eviction.NewPrioritizedLRU[UnitID](info.Clock), nil
-}
-
-// S3FIFOFactory returns a factory of eviction.S3FIFO policies configured by
-// cfg, with Capacity set to the arena's slots (at least 1: an arena of zero
-// slots never inserts) when cfg.Capacity is 0.
-func S3FIFOFactory(cfg eviction.S3FIFOConfig) PolicyFactory {
-	return func(info PoolInfo) (eviction.Policy[UnitID], error) {
-		c := cfg
-		if c.Capacity == 0 {
-			c.Capacity = int64(max(1, info.Slots))
-		}
-		return eviction.NewS3FIFO[UnitID](c)
-	}
-}
-
-// RetentionFactory returns a factory of eviction.Retention policies (cost
-// aware, Pensieve) pricing units with cost and reading the cache's clock.
-// Each unit is priced by the Entry the cache inserts (see PolicyFactory):
-// its KV layer for the layer weight, its block's index among the larger of
-// the prompt's blocks and the sequence's blocks so far for the position
-// weight, and the tokens before its block as context.
-func RetentionFactory(cost costmodel.Recompute) PolicyFactory {
-	return func(info PoolInfo) (eviction.Policy[UnitID], error) {
-		return eviction.NewRetention[UnitID](info.Clock, cost)
-	}
 }

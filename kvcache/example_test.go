@@ -17,16 +17,16 @@ func smallModel() layout.Model {
 // reuses it.
 func Example() {
 	l, _ := layout.New(smallModel(), layout.PagedLayer, 16)
-	gpu := kvcache.Capacity{Units: 64}
-	store, _ := kvcache.NewMemoryStore(l, gpu, kvcache.Capacity{})
-	c, _ := kvcache.New(kvcache.Config{Layout: l, GPU: gpu, Mover: store})
+	tiers := []kvcache.TierConfig{{Name: "GPU", Capacity: kvcache.Capacity{Units: 64}}}
+	store, _ := kvcache.NewMemoryStore(l, tiers)
+	c, _ := kvcache.New(kvcache.Config{Layout: l, Tiers: tiers, Mover: store})
 
 	prompt := make([]uint32, 40) // 2 full blocks and a partial one
 	for i := range prompt {
 		prompt[i] = uint32(i)
 	}
 	plan, _ := c.Acquire(kvcache.Request{Tokens: prompt})
-	fmt.Println("compute", plan.Compute, "fresh units", plan.FreshUnits)
+	fmt.Println("compute", plan.Compute, "fresh units", plan.Computed)
 	table, _ := c.BlockTable(nil, plan.Seq, 0) // layer 0's slots, for the kernel
 	fmt.Println("layer 0 block table", table)
 	// The prefill runs; each decode step's Append commits the tokens
@@ -40,7 +40,8 @@ func Example() {
 	again, _ := c.Acquire(kvcache.Request{Tokens: append(prompt[:32:32], 7, 7)})
 	fmt.Println("reused", again.ReusedTokens, "tokens; compute", again.Compute)
 	st := c.Stats()
-	fmt.Printf("GPU hits %d misses %d, blocks cached %d\n", st.GPU.Hits, st.GPU.Misses, st.Blocks)
+	gpuStats := st.Tier(kvcache.GPU)
+	fmt.Printf("GPU hits %d misses %d, blocks cached %d\n", gpuStats.Hits, gpuStats.Misses, st.Blocks)
 	// Output:
 	// compute [{0 40}] fresh units 6
 	// layer 0 block table [0 2 4]
@@ -51,9 +52,9 @@ func Example() {
 // Bytes written on the GPU survive an offload to the CPU and the way back.
 func ExampleMemoryStore() {
 	l, _ := layout.New(smallModel(), layout.AllLayers, 16) // one unit per block
-	gpu, cpu := kvcache.Capacity{Units: 2}, kvcache.Capacity{Units: 4}
-	store, _ := kvcache.NewMemoryStore(l, gpu, cpu)
-	c, _ := kvcache.New(kvcache.Config{Layout: l, GPU: gpu, CPU: cpu, Mover: store})
+	tiers := kvcache.GPUAndCPU(kvcache.Capacity{Units: 2}, kvcache.Capacity{Units: 4})
+	store, _ := kvcache.NewMemoryStore(l, tiers)
+	c, _ := kvcache.New(kvcache.Config{Layout: l, Tiers: tiers, Mover: store})
 
 	a := make([]uint32, 32)
 	plan, _ := c.Acquire(kvcache.Request{Tokens: a})
@@ -65,11 +66,11 @@ func ExampleMemoryStore() {
 	_ = c.Release(plan.Seq)
 
 	other, _ := c.Acquire(kvcache.Request{Tokens: make([]uint32, 32), Namespace: "other"})
-	fmt.Println("offloaded", other.OffloadedUnits)
+	fmt.Println("offloaded", other.Offloaded)
 	_ = c.Release(other.Seq)
 
 	back, _ := c.Acquire(kvcache.Request{Tokens: a})
-	fmt.Println("onboarded", back.OnboardedUnits, "compute", back.Compute)
+	fmt.Println("onboarded", back.Onboarded, "compute", back.Compute)
 	for b := range 2 {
 		loc, _ := c.Locate(back.Seq, b, 0)
 		fmt.Printf("%s: %s\n", loc.Tier, store.Bytes(kvcache.GPU, loc.Pool, loc.Slot)[:10])
@@ -85,9 +86,9 @@ func ExampleMemoryStore() {
 // block by block, then let each layer's heads select blocks.
 func ExampleCache_SparseAccess() {
 	l, _ := layout.New(smallModel(), layout.BSA, 16) // 4 units per block
-	gpu, cpu := kvcache.Capacity{Units: 12}, kvcache.Capacity{Units: 64}
-	store, _ := kvcache.NewMemoryStore(l, gpu, cpu)
-	c, _ := kvcache.New(kvcache.Config{Layout: l, GPU: gpu, CPU: cpu, Mover: store})
+	tiers := kvcache.GPUAndCPU(kvcache.Capacity{Units: 12}, kvcache.Capacity{Units: 64})
+	store, _ := kvcache.NewMemoryStore(l, tiers)
+	c, _ := kvcache.New(kvcache.Config{Layout: l, Tiers: tiers, Mover: store})
 
 	prompt := make([]uint32, 128) // 8 blocks: 32 units, the GPU holds 12
 	plan, _ := c.Acquire(kvcache.Request{Tokens: prompt, Sparse: true})
@@ -97,10 +98,11 @@ func ExampleCache_SparseAccess() {
 	_, _ = c.Append(plan.Seq, 1) // decode one token: block 8
 	var res kvcache.SparseResult
 	for layer := range 2 {
-		// Query heads 0 and 1 read KV head 0, heads 2 and 3 KV head 1;
-		// every head also reads the current block 8.
-		heads := [][]int64{{0, 8}, {5, 8}, {1, 8}, {1, 8}}
-		_ = c.SparseAccess(plan.Seq, layer, heads, &res)
+		// Query heads 0 and 1 selected blocks 0 and 5, read through KV
+		// head 0; heads 2 and 3 selected block 1, read through KV head 1;
+		// every head reads the current block 8.
+		sel := kvcache.Selection{Layer: layer, Blocks: [][]int{{0, 5, 8}, {1, 8}}}
+		_ = c.SparseAccess(plan.Seq, sel, &res)
 		fmt.Printf("layer %d: %d units, %d hits, %d onboarded, %d bytes read\n",
 			layer, len(res.Units), res.Hits, res.Onboarded, res.BytesRead)
 	}

@@ -17,19 +17,19 @@ func (c *Cache) collectPending() {
 // collect forgets block b if nothing needs it, then its ancestors.
 func (c *Cache) collect(b int32) {
 	for {
-		r := &c.blocks[b]
+		r := &c.units.blocks[b]
 		if !r.live || r.refs > 0 || r.held > 0 {
 			return
 		}
 		if r.node == nil {
-			c.freeBlock(b)
+			c.units.release(b)
 			return
 		}
 		if !r.node.IsLeaf() {
-			c.markHollow(b)
+			c.meta.markHollow(&c.units, b)
 			return
 		}
-		c.unmarkHollow(b)
+		c.meta.unmarkHollow(&c.units, b)
 		parent := r.node.Parent()
 		c.emitBlock(BlockRemoved, b)
 		if err := c.tree.Remove(r.node); err != nil {
@@ -37,7 +37,7 @@ func (c *Cache) collect(b int32) {
 			return
 		}
 		c.st.removed++
-		c.freeBlock(b)
+		c.units.release(b)
 		if parent == nil {
 			return
 		}
@@ -50,62 +50,41 @@ func (c *Cache) collect(b int32) {
 // whether its last holder was sparse (the reference it held on a recompute
 // copy's twin was counted so).
 func (c *Cache) discardPrivate(b int32, sparse bool) {
-	for sl := range c.numSlices {
-		u := c.unit(b, sl)
-		c.freeUnit(u)
+	for sl := range c.geom.slices {
+		c.freeUnit(c.units.id(b, sl))
 	}
 	c.unindexWriting(b)
-	twin := c.blocks[b].twin
-	c.freeBlock(b)
+	twin := c.units.blocks[b].twin
+	c.units.release(b)
 	if twin >= 0 {
 		c.unref(twin, sparse)
 	}
 }
 
-// freeUnit releases u's slot, if any, and marks it dropped without a drop
+// freeUnit releases u's slot, if any, and marks it dropped without an
 // event: the unit was never reusable or is being forgotten.
 func (c *Cache) freeUnit(u UnitID) {
-	t := c.uTier[c.ix(u)]
+	t := c.units.tierOf(u)
 	if t == Dropped {
 		return
 	}
-	a := c.arenaOf(t, c.poolOfUnit(u))
-	a.remove(u, t == GPU && c.uPins[c.ix(u)] > 0)
-	a.push(c.uSlot[c.ix(u)])
-	c.uTier[c.ix(u)] = Dropped
-	c.uSlot[c.ix(u)] = -1
-	c.uPins[c.ix(u)] = 0
-	c.blocks[c.blockOf(u)].held--
-}
-
-// unref removes one reference to block b from a sequence (sparse or not)
-// and collects the block when it was the last and the block is private or
-// holds nothing.
-func (c *Cache) unref(b int32, sparse bool) {
-	r := &c.blocks[b]
-	r.refs--
-	if sparse {
-		r.sparseRefs--
-	}
-	if r.refs > 0 {
-		return
-	}
-	if r.node == nil {
-		c.discardPrivate(b, sparse)
-		return
-	}
-	if r.held == 0 {
-		c.collect(b)
-	}
+	a := c.tiers.arena(t, c.poolOf(u))
+	a.remove(u, t == GPU && c.units.pinsOf(u) > 0)
+	a.push(c.units.slotOf(u))
+	c.units.place(u, Dropped, -1)
+	c.units.pins[c.units.ix(u)] = 0
+	c.units.rec(u).held--
 }
 
 // dropResident drops u, an evictable unit holding a slot: its bytes are
-// not to be trusted (a restore nobody declared written).
+// not to be trusted (a restore nobody declared written, a slot a panicking
+// Mover may have written).
 func (c *Cache) dropResident(u UnitID) {
-	t := c.uTier[c.ix(u)]
-	a := c.arenaOf(t, c.poolOfUnit(u))
+	t := c.units.tierOf(u)
+	a := c.tiers.arena(t, c.poolOf(u))
 	a.remove(u, false)
-	a.push(c.uSlot[c.ix(u)])
+	a.push(c.units.slotOf(u))
+	c.units.rec(u).held--
 	c.dropUnit(u)
-	c.emitTier(u, t, Dropped)
+	c.emitMove(u, t, Dropped)
 }

@@ -34,7 +34,7 @@ func BenchmarkAppendContext(b *testing.B) {
 	for _, ctx := range contexts {
 		b.Run(ctxName(ctx), func(b *testing.B) {
 			l := seedPaged(b, 16)
-			c, err := New(Config{Layout: l, GPU: Capacity{Units: int64(28 * (ctx/16 + 64 + 16))}})
+			c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: int64(28 * (ctx/16 + 64 + 16))}, Capacity{})})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -73,7 +73,7 @@ func BenchmarkAcquireCached(b *testing.B) {
 	for _, ctx := range []int{1 << 10, 128 << 10} {
 		b.Run(ctxName(ctx), func(b *testing.B) {
 			l := seedPaged(b, 16)
-			c, err := New(Config{Layout: l, GPU: Capacity{Units: int64(28 * (ctx/16 + 16))}})
+			c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: int64(28 * (ctx/16 + 16))}, Capacity{})})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -113,7 +113,7 @@ func BenchmarkAcquireMiss(b *testing.B) {
 	const ctx = 32 << 10
 	l := seedPaged(b, 16)
 	units := int64(28 * ctx / 16)
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: units}, CPU: Capacity{Units: 4 * units}})
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: units}, Capacity{Units: 4 * units})})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func newDecodeBatch(b *testing.B, batch, ctx int) *decodeBatch {
 	l := seedPaged(b, 16)
 	// The shared prefix, then per sequence a private last block and room
 	// for 512 decode tokens (32 blocks).
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: int64(28 * (ctx/16 + batch*(1+33)))}})
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: int64(28 * (ctx/16 + batch*(1+33)))}, Capacity{})})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,6 +1,9 @@
 package kvcache
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // checkInvariants verifies the cache's internal accounting against a full
 // recount. It is O(size) and exists for tests (the model-based test calls it
@@ -20,18 +23,18 @@ func (c *Cache) checkAccounting(policies bool) error {
 	sparseRefs := make(map[int32]int32)
 	writing := make(map[uint64]int32)
 	for id, s := range c.seqs {
-		if len(s.blocks) != c.numBlocks(len(s.tokens)) {
+		if len(s.blocks) != c.geom.numBlocks(len(s.tokens)) {
 			return fmt.Errorf("seq %d: %d blocks for %d tokens", id, len(s.blocks), len(s.tokens))
 		}
-		if s.pinHi != len(s.blocks) {
-			return fmt.Errorf("seq %d: pinHi %d, %d blocks", id, s.pinHi, len(s.blocks))
+		if len(s.pinLo) != len(c.geom.pools) {
+			return fmt.Errorf("seq %d: %d pin starts, %d pools", id, len(s.pinLo), len(c.geom.pools))
 		}
 		for i, b := range s.blocks {
 			refs[b]++
 			if s.sparse {
 				sparseRefs[b]++
 			}
-			r := &c.blocks[b]
+			r := &c.units.blocks[b]
 			if !r.live {
 				return fmt.Errorf("seq %d block %d: record %d not live", id, i, b)
 			}
@@ -39,7 +42,7 @@ func (c *Cache) checkAccounting(policies bool) error {
 			// private blocks (uncommitted, partial, recompute copies) are
 			// its alone, and every full block before firstPrivate is
 			// committed.
-			full := (i+1)*c.blockTokens <= len(s.tokens)
+			full := (i+1)*c.geom.blockTokens <= len(s.tokens)
 			if !full && r.node != nil {
 				return fmt.Errorf("seq %d block %d: partial but in the tree", id, i)
 			}
@@ -63,7 +66,7 @@ func (c *Cache) checkAccounting(policies bool) error {
 					if s.sparse {
 						sparseRefs[r.twin]++
 					}
-					tw := &c.blocks[r.twin]
+					tw := &c.units.blocks[r.twin]
 					if !full || !tw.live || tw.node == nil || tw.node.Depth() != i+1 || r.hash != tw.node.Hash() {
 						return fmt.Errorf("seq %d block %d: recompute copy of a bad twin %d", id, i, r.twin)
 					}
@@ -75,12 +78,12 @@ func (c *Cache) checkAccounting(policies bool) error {
 				// BlockTable places step pins by the record's index.
 				return fmt.Errorf("seq %d block %d: record %d has index %d", id, i, b, r.index)
 			}
-			for p := range c.pools {
-				if i < int(s.pinLo[p]) || i >= s.pinHi {
+			for p := range c.geom.pools {
+				if !s.span().pins(i, p) {
 					continue
 				}
-				for _, sl := range c.pools[p].slices {
-					want[c.unit(b, sl)]++
+				for _, sl := range c.geom.pools[p].slices {
+					want[c.units.id(b, sl)]++
 				}
 			}
 		}
@@ -88,12 +91,15 @@ func (c *Cache) checkAccounting(policies bool) error {
 			want[u]++
 			found := false
 			for _, b := range s.blocks {
-				found = found || b == c.blockOf(u)
+				found = found || b == c.units.block(u)
 			}
 			if !found {
 				return fmt.Errorf("seq %d: step pin on unit %d of a block it does not hold", id, u)
 			}
 		}
+	}
+	if err := c.checkTables(); err != nil {
+		return err
 	}
 	if len(writing) != len(c.writing) {
 		return fmt.Errorf("%d hashes of blocks being written, %d indexed", len(writing), len(c.writing))
@@ -104,10 +110,11 @@ func (c *Cache) checkAccounting(policies bool) error {
 		}
 	}
 	type count struct{ used, pinned int }
-	counts := make([][2]count, len(c.pools))
+	tiers := c.tiers.last()
+	counts := make([][MaxTiers + 1]count, len(c.geom.pools)) // [pool][tier]
 	live := 0
-	for b := range c.blocks {
-		r := &c.blocks[b]
+	for b := range c.units.blocks {
+		r := &c.units.blocks[b]
 		if !r.live {
 			continue
 		}
@@ -118,9 +125,6 @@ func (c *Cache) checkAccounting(policies bool) error {
 		if sparseRefs[int32(b)] != r.sparseRefs {
 			return fmt.Errorf("block %d: sparse refs %d, sparse sequences hold it %d times", b, r.sparseRefs, sparseRefs[int32(b)])
 		}
-		if r.txDrops != 0 {
-			return fmt.Errorf("block %d: %d drops left over from a transaction", b, r.txDrops)
-		}
 		if r.node == nil && r.refs != 1 {
 			return fmt.Errorf("private block %d has %d refs", b, r.refs)
 		}
@@ -128,34 +132,34 @@ func (c *Cache) checkAccounting(policies bool) error {
 			return fmt.Errorf("block %d: node payload %d", b, r.node.Value)
 		}
 		held := int32(0)
-		for sl := range c.numSlices {
-			u := c.unit(int32(b), sl)
-			p := c.poolOfUnit(u)
-			if c.uPins[c.ix(u)] != want[u] {
-				return fmt.Errorf("unit %d (block %d slice %d): %d pins, want %d", u, b, sl, c.uPins[c.ix(u)], want[u])
+		for sl := range c.geom.slices {
+			u := c.units.id(int32(b), sl)
+			p := c.poolOf(u)
+			if c.units.pins[c.units.ix(u)] != want[u] {
+				return fmt.Errorf("unit %d (block %d slice %d): %d pins, want %d", u, b, sl, c.units.pins[c.units.ix(u)], want[u])
 			}
-			switch c.uTier[c.ix(u)] {
+			switch c.units.tier[c.units.ix(u)] {
 			case Dropped:
-				if c.uSlot[c.ix(u)] != -1 || c.uPins[c.ix(u)] != 0 {
-					return fmt.Errorf("dropped unit %d has slot %d pins %d", u, c.uSlot[c.ix(u)], c.uPins[c.ix(u)])
+				if c.units.slot[c.units.ix(u)] != -1 || c.units.pins[c.units.ix(u)] != 0 {
+					return fmt.Errorf("dropped unit %d has slot %d pins %d", u, c.units.slot[c.units.ix(u)], c.units.pins[c.units.ix(u)])
 				}
-			case GPU, CPU:
+			default:
+				t := c.units.tier[c.units.ix(u)]
+				if t > tiers {
+					return fmt.Errorf("unit %d on tier %d of %d", u, t, tiers)
+				}
 				held++
-				ti := 0
-				if c.uTier[c.ix(u)] == CPU {
-					ti = 1
-					if c.uPins[c.ix(u)] != 0 {
-						return fmt.Errorf("CPU unit %d is pinned", u)
-					}
+				if t != GPU && c.units.pins[c.units.ix(u)] != 0 {
+					return fmt.Errorf("unit %d on %s is pinned", u, t)
 				}
-				a := c.arenaOf(c.uTier[c.ix(u)], p)
-				s := c.uSlot[c.ix(u)]
+				a := c.tiers.arena(t, p)
+				s := c.units.slot[c.units.ix(u)]
 				if s < 0 || int(s) >= a.capacity() || a.owner[s] != u {
-					return fmt.Errorf("unit %d on %s slot %d, owner there %d", u, c.uTier[c.ix(u)], s, a.owner[s])
+					return fmt.Errorf("unit %d on %s slot %d, owner there %d", u, t, s, a.owner[s])
 				}
-				counts[p][ti].used++
-				if c.uPins[c.ix(u)] > 0 {
-					counts[p][ti].pinned++
+				counts[p][t].used++
+				if c.units.pins[c.units.ix(u)] > 0 {
+					counts[p][t].pinned++
 				}
 			}
 		}
@@ -170,46 +174,52 @@ func (c *Cache) checkAccounting(policies bool) error {
 		}
 	}
 	listed := 0
-	for b, prev := c.hollowHead, noBlock; b != noBlock; b = c.blocks[b].hollowNext {
-		if !c.blocks[b].hollow || c.blocks[b].hollowPrev != prev {
+	for b, prev := c.meta.head, noBlock; b != noBlock; b = c.units.blocks[b].hollowNext {
+		if !c.units.blocks[b].hollow || c.units.blocks[b].hollowPrev != prev {
 			return fmt.Errorf("hollow list broken at block %d", b)
 		}
 		prev = b
 		listed++
 	}
-	if listed != c.hollowCount {
-		return fmt.Errorf("hollow list holds %d blocks, counted %d", listed, c.hollowCount)
+	if listed != c.meta.count {
+		return fmt.Errorf("hollow list holds %d blocks, counted %d", listed, c.meta.count)
 	}
-	if c.tree.Len() > c.maxBlocks && c.hollowHead != noBlock {
-		return fmt.Errorf("tree holds %d blocks, budget %d, with hollow blocks left", c.tree.Len(), c.maxBlocks)
+	if c.tree.Len() > c.meta.maxBlocks && c.meta.head != noBlock {
+		return fmt.Errorf("tree holds %d blocks, budget %d, with hollow blocks left", c.tree.Len(), c.meta.maxBlocks)
 	}
-	if live+len(c.freeBlocks)+int(c.st.retiredRecords) != len(c.blocks) {
-		return fmt.Errorf("%d live + %d free block records != %d", live, len(c.freeBlocks), len(c.blocks))
+	if live+len(c.units.free)+c.units.retired != len(c.units.blocks) {
+		return fmt.Errorf("%d live + %d free block records != %d", live, len(c.units.free), len(c.units.blocks))
 	}
 	treeNodes := 0
 	for n := range c.tree.All() {
 		treeNodes++
-		if !c.blocks[n.Value].live || c.blocks[n.Value].node != n {
+		if !c.units.blocks[n.Value].live || c.units.blocks[n.Value].node != n {
 			return fmt.Errorf("tree node %x: payload %d does not point back", n.Hash(), n.Value)
 		}
 	}
-	for b := range c.blocks {
-		if c.blocks[b].live && c.blocks[b].node != nil {
+	for b := range c.units.blocks {
+		if c.units.blocks[b].live && c.units.blocks[b].node != nil {
 			treeNodes--
 		}
 	}
 	if treeNodes != 0 {
 		return fmt.Errorf("tree and block records disagree by %d nodes", treeNodes)
 	}
-	for p := range c.pools {
-		for ti, a := range []*arena{c.gpu[p], c.cpu[p]} {
+	for p := range c.geom.pools {
+		for t := GPU; t <= tiers; t++ {
+			a := c.tiers.arena(t, p)
 			used := a.capacity() - len(a.free)
-			if used != counts[p][ti].used || a.tracked != used || (policies && a.policy.Len() != used) {
+			if used != counts[p][t].used || a.tracked != used || (policies && a.policy.Len() != used) {
 				return fmt.Errorf("%s pool %d: %d slots used, %d units resident, %d tracked, policy has %d",
-					a.tier, p, used, counts[p][ti].used, a.tracked, a.policy.Len())
+					a.tier, p, used, counts[p][t].used, a.tracked, a.policy.Len())
 			}
-			if a.pinned != counts[p][ti].pinned {
-				return fmt.Errorf("%s pool %d: %d pinned counted, %d units pinned", a.tier, p, a.pinned, counts[p][ti].pinned)
+			if a.pinned != counts[p][t].pinned {
+				return fmt.Errorf("%s pool %d: %d pinned counted, %d units pinned", a.tier, p, a.pinned, counts[p][t].pinned)
+			}
+			for sl, o := range a.owner {
+				if a.txPinned[sl] {
+					return fmt.Errorf("%s pool %d: slot %d (unit %d) pinned by a transaction that ended", a.tier, p, sl, o)
+				}
 			}
 			seen := make(map[int32]bool, len(a.free))
 			for _, s := range a.free {
@@ -217,6 +227,34 @@ func (c *Cache) checkAccounting(policies bool) error {
 					return fmt.Errorf("%s pool %d: free slot %d duplicated or owned", a.tier, p, s)
 				}
 				seen[s] = true
+			}
+		}
+	}
+	return nil
+}
+
+// checkTables recomputes every live sequence's block tables from its pins
+// (Cache.mu held) and compares them with the tables the operations kept up
+// to date.
+func (c *Cache) checkTables() error {
+	for id, s := range c.seqs {
+		span := s.span()
+		for sl := range c.geom.slices {
+			want := make([]int32, len(s.blocks))
+			p := c.geom.poolOfSlice(sl)
+			for i, b := range s.blocks {
+				want[i] = -1
+				if span.pins(i, p) {
+					want[i] = c.units.slotOf(c.units.id(b, sl))
+				}
+			}
+			for _, u := range s.stepPins {
+				if c.units.slice(u) == sl {
+					want[c.units.rec(u).index] = c.units.slotOf(u)
+				}
+			}
+			if got := s.table(sl); !slices.Equal(got, want) {
+				return fmt.Errorf("seq %d slice %d: block table %v, pins give %v", id, sl, got, want)
 			}
 		}
 	}

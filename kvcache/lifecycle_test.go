@@ -12,10 +12,10 @@ import (
 func lifecycleCache(t *testing.T, gpu, cpu Capacity) (*Cache, *MemoryStore, *[]Event) {
 	t.Helper()
 	l := tinyLayout(t, layout.PagedLayer, nil)
-	store, err := NewMemoryStore(l, gpu, cpu)
+	store, err := NewMemoryStore(l, GPUAndCPU(gpu, cpu))
 	require.NoError(t, err)
 	events := &[]Event{}
-	c, err := New(Config{Layout: l, GPU: gpu, CPU: cpu, Mover: store, Events: func(e Event) { *events = append(*events, e) }})
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(gpu, cpu), Mover: store, Events: func(e Event) { *events = append(*events, e) }})
 	require.NoError(t, err)
 	return c, store, events
 }
@@ -34,7 +34,7 @@ func TestDroppedPrefillIsNeverShared(t *testing.T) {
 			require.NoError(t, err)
 			b, err := c.Acquire(Request{Tokens: prompt})
 			require.NoError(t, err)
-			require.Zero(t, b.HitUnits, "a's blocks are not written yet")
+			require.Zero(t, b.Hits, "a's blocks are not written yet")
 			require.Equal(t, []TokenRange{{0, 10}}, b.Compute)
 			require.Equal(t, 8, b.BeingWrittenTokens)
 			if end == "abort" {
@@ -47,7 +47,7 @@ func TestDroppedPrefillIsNeverShared(t *testing.T) {
 			require.Zero(t, c.Stats().Blocks)
 			d, err := c.Acquire(Request{Tokens: prompt})
 			require.NoError(t, err)
-			require.Zero(t, d.HitUnits)
+			require.Zero(t, d.Hits)
 			require.Equal(t, 8, d.BeingWrittenTokens, "b is writing them now")
 			require.NoError(t, c.checkInvariants())
 		})
@@ -84,9 +84,9 @@ func TestChunkedPrefillSharesCommittedChunks(t *testing.T) {
 	require.Zero(t, d.BeingWrittenTokens)
 	// b, which computed its own copy, adopts the committed blocks when it
 	// commits, freeing its slots.
-	used := c.Stats().GPU.Capacity - c.Stats().GPU.Free
+	used := c.Stats().Tier(GPU).Capacity - c.Stats().Tier(GPU).Free
 	require.NoError(t, c.Commit(b.Seq, 16))
-	require.Equal(t, used-6, c.Stats().GPU.Capacity-c.Stats().GPU.Free)
+	require.Equal(t, used-6, c.Stats().Tier(GPU).Capacity-c.Stats().Tier(GPU).Free)
 	require.NoError(t, c.checkInvariants())
 	_, err = c.Admit(Request{Tokens: prompt})
 	require.NoError(t, err)
@@ -129,15 +129,15 @@ func TestRecomputeIsPrivateUntilCommitted(t *testing.T) {
 	// of the last block; the block stays known, lacking it.
 	x, err := c.Acquire(Request{Tokens: seqTokens(4, 100)})
 	require.NoError(t, err)
-	require.Equal(t, 1, x.DroppedUnits)
+	require.Equal(t, 1, x.Dropped)
 	require.NoError(t, c.Abort(x.Seq))
 	r, err := c.Acquire(Request{Tokens: prompt})
 	require.NoError(t, err)
 	require.Equal(t, []TokenRange{{8, 12}}, r.Compute)
 	c.mu.Lock()
 	last := c.seqs[r.Seq].blocks[2]
-	require.Nil(t, c.blocks[last].node, "the recompute is a private copy")
-	require.GreaterOrEqual(t, c.blocks[last].twin, int32(0))
+	require.Nil(t, c.units.blocks[last].node, "the recompute is a private copy")
+	require.GreaterOrEqual(t, c.units.blocks[last].twin, int32(0))
 	c.mu.Unlock()
 	other, err := c.Acquire(Request{Tokens: prompt})
 	require.ErrorIs(t, err, ErrNoSpace) // r pins 6 units; one is evictable
@@ -165,7 +165,7 @@ func TestRecomputeIsPrivateUntilCommitted(t *testing.T) {
 // (Commit, Append) drops them again: they may never have been written.
 func TestSparseRestoreUndeclaredIsDropped(t *testing.T) {
 	l := tinyLayout(t, layout.BSA, nil) // 4 units per block
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 8}})
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 8}, Capacity{})})
 	require.NoError(t, err)
 	prompt := seqTokens(8, 0)
 	a, err := c.Acquire(Request{Tokens: prompt})
@@ -186,7 +186,7 @@ func TestSparseRestoreUndeclaredIsDropped(t *testing.T) {
 	y, err := c.Acquire(Request{Tokens: seqTokens(4, 200)})
 	require.NoError(t, err)
 	require.NoError(t, c.Abort(y.Seq))
-	require.NoError(t, c.SparseAccess(s.Seq, 0, [][]int64{{0}, nil, {0}, nil}, &res))
+	require.NoError(t, c.SparseAccess(s.Seq, byQueryHeads(c.Layout(), 0, [][]int64{{0}, nil, {0}, nil}), &res))
 	restored := 0
 	for _, u := range res.Units {
 		if u.From == Dropped {
@@ -197,8 +197,8 @@ func TestSparseRestoreUndeclaredIsDropped(t *testing.T) {
 	held := c.Stats()
 	require.NoError(t, c.Abort(s.Seq))
 	after := c.Stats()
-	require.Equal(t, held.GPU.Free+2, after.GPU.Free, "the restored units were dropped")
-	require.Equal(t, int64(4), after.GPU.Cached, "block 1, committed, stays")
+	require.Equal(t, held.Tier(GPU).Free+2, after.Tier(GPU).Free, "the restored units were dropped")
+	require.Equal(t, int64(4), after.Tier(GPU).Cached, "block 1, committed, stays")
 	require.NoError(t, c.checkInvariants())
 }
 
@@ -210,7 +210,7 @@ func TestSparseRestoreUndeclaredIsDropped(t *testing.T) {
 // had no slot for (-1).
 func TestTruncatePinsTheWindowOfItsRecompute(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, []int{6, 0})         // layer 0: window 6; two pools
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 16}}) // 8 slots per pool
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 16}, Capacity{})}) // 8 slots per pool
 	require.NoError(t, err)
 	s, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
 	require.NoError(t, err)
@@ -223,7 +223,7 @@ func TestTruncatePinsTheWindowOfItsRecompute(t *testing.T) {
 	finish(t, c, y.Seq) // cached, used after s's blocks 0 and 1 were
 	x, err := c.Acquire(Request{Tokens: seqTokens(12, 500)})
 	require.NoError(t, err)
-	require.Equal(t, 4, x.DroppedUnits, "layer 0 of s's blocks 0 and 1, both layers of y's block")
+	require.Equal(t, 4, x.Dropped, "layer 0 of s's blocks 0 and 1, both layers of y's block")
 	p, err := c.Truncate(s.Seq, 7) // 10 tokens: the window of token 10 starts in block 1
 	require.NoError(t, err)
 	require.Equal(t, []TokenRange{{0, 8}}, p.Compute, "blocks 0 and 1 lack layer 0: recomputed")

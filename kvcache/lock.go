@@ -6,8 +6,8 @@ import (
 	"runtime"
 )
 
-// The cache calls policies, the Mover and the cost model with its lock
-// held, and the event sink without it. A callback that calls back into the
+// The cache calls policies, the Mover, the Decider and the cost model with
+// its lock held, and the event sink without it. A callback that calls back into the
 // cache would, with a plain mutex, wedge every goroutine. Go has no
 // goroutine identity, but the callback's own stack names it: when the lock
 // is taken, a call that finds one of the cache's callback frames below it
@@ -22,7 +22,7 @@ var (
 	heldCallbacks = funcNames(
 		(*arena).policyInsert, (*arena).policyPin, (*arena).policyUnpin, (*arena).policyRemove,
 		(*arena).policyAccess, (*arena).policyEvict, (*arena).policyBegin, (*arena).policyCommit,
-		(*arena).policyRollback, (*Cache).copyBatch, (*Cache).decideOffload)
+		(*arena).policyRollback, (*Cache).copyBatch, (*Cache).decide)
 	sinkCallbacks = funcNames((*eventLog).callSink)
 )
 
@@ -68,21 +68,32 @@ func (c *Cache) lock(call string) error {
 		return nil
 	}
 	if onStack(heldCallbacks) {
-		return fmt.Errorf("%w: %s called from a policy, Mover or cost model callback", ErrReentrant, call)
+		return fmt.Errorf("%w: %s called from a policy, Mover or Decider callback", ErrReentrant, call)
 	}
 	c.mu.Lock()
 	return nil
 }
 
-// unlock ends a call that may have changed the cache: it keeps the tree
-// within its budget, reports a breach of a policy's contract met during
-// the call (the pruning included) through *err, records the Stats snapshot
-// that callbacks of the next operation see, releases the lock and delivers
-// the call's events to the sink.
+// unlock ends a call that may have changed the cache, the other half of
+// the frame every mutating method shares (lock, lookupToChange, begin,
+// execute, unlock): it rolls back the call's transaction when the call
+// failed before closing it, collects the blocks that lost their last
+// bytes, keeps the tree within its budget, reports a breach of a policy's
+// contract met during the call (the pruning included) through *err,
+// records the Stats snapshot that callbacks of the next operation see,
+// releases the lock and delivers the call's events to the sink.
 func (c *Cache) unlock(err *error) {
+	if c.tx.open {
+		if *err != nil {
+			c.rollback()
+		} else {
+			c.close()
+		}
+	}
+	c.collectPending()
 	c.pruneMetadata()
 	c.reportBreach(err)
-	c.snap = c.stats()
+	c.fillStats(&c.snap)
 	b, ok := c.events.publish()
 	c.mu.Unlock()
 	if ok {

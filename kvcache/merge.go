@@ -6,37 +6,42 @@ import "github.com/kvtier/kvtier/radix"
 // tokens (and keys) equal n's: s filled a private block while another
 // sequence committed the same block first. Unit by unit, the copy that is
 // on the GPU wins: if n's unit is on the GPU, s's slot is freed and s pins
-// n's unit; otherwise s's slot becomes n's unit (a CPU copy of n's unit is
-// freed, a dropped one is restored). The KV of equal prefixes is equal, so
-// either copy serves. s's private block is then forgotten.
+// n's unit; otherwise s's slot becomes n's unit (a copy of n's unit on a
+// lower tier is freed, a dropped one is restored). The KV of equal prefixes
+// is equal, so either copy serves. s's private block is then forgotten, and
+// its block tables point at n's units.
 //
 // Handing s's slot to n's unit swaps keys in the GPU policy. A policy that
 // refuses the new key poisons the cache (ErrPolicy); n's unit takes the
 // slot all the same, so that slots and pins stay exact.
 func (c *Cache) mergeBlock(s *sequence, i int, n *radix.Node[int32]) {
 	b, e := s.blocks[i], n.Value
-	for sl := range c.numSlices {
-		u, x := c.unit(b, sl), c.unit(e, sl)
-		if c.uTier[c.ix(u)] != GPU {
+	for sl := range c.geom.slices {
+		u, x := c.units.id(b, sl), c.units.id(e, sl)
+		if c.units.tierOf(u) != GPU {
 			// s does not pin this unit (outside its window): n's unit
 			// stays as it is.
 			continue
 		}
-		p := c.poolOfUnit(u)
-		ga := c.gpu[p]
-		pins, slot := c.uPins[c.ix(u)], c.uSlot[c.ix(u)]
+		p := c.geom.poolOfSlice(sl)
+		ga := c.tiers.arena(GPU, p)
+		pins, slot := c.units.pinsOf(u), c.units.slotOf(u)
 		ga.remove(u, pins > 0)
-		c.uTier[c.ix(u)], c.uSlot[c.ix(u)], c.uPins[c.ix(u)] = Dropped, -1, 0
-		c.blocks[b].held--
-		if c.uTier[c.ix(x)] == GPU {
+		c.units.place(u, Dropped, -1)
+		c.units.pins[c.units.ix(u)] = 0
+		c.units.blocks[b].held--
+		if c.units.tierOf(x) == GPU {
 			ga.push(slot)
 			for range pins {
 				c.pinUnit(x)
 			}
+			if pins > 0 {
+				s.tables[sl][i] = c.units.slotOf(x)
+			}
 			continue
 		}
-		// Insert before releasing x's CPU slot, so that a refusal leaves
-		// x as it was.
+		// Insert before releasing x's slot below, so that a refusal
+		// leaves x as it was.
 		ga.owner[slot] = x
 		if err := ga.insert(x, c.entryOf(x), pins > 0); err != nil {
 			// x takes the slot all the same, so that slots and pins
@@ -44,30 +49,31 @@ func (c *Cache) mergeBlock(s *sequence, i int, n *radix.Node[int32]) {
 			c.poison(ga, "Insert of unit %d: %w", x, err)
 			ga.track(pins > 0)
 		}
-		switch c.uTier[c.ix(x)] {
-		case CPU:
-			// s computed the unit again: its CPU copy is given up, and
-			// for a router the unit was dropped and then restored.
-			ca := c.cpu[p]
-			ca.remove(x, false)
-			ca.push(c.uSlot[c.ix(x)])
-			c.emitTier(x, CPU, Dropped)
-			c.emitTier(x, Dropped, GPU)
+		switch t := c.units.tierOf(x); t {
 		case Dropped:
 			c.gainBytes(e)
-			c.emitTier(x, Dropped, GPU)
+			c.emitMove(x, Dropped, GPU)
+		default:
+			// s computed the unit again: its copy below is given up,
+			// and for a router the unit was dropped and then restored.
+			a := c.tiers.arena(t, p)
+			a.remove(x, false)
+			a.push(c.units.slotOf(x))
+			c.emitMove(x, t, Dropped)
+			c.emitMove(x, Dropped, GPU)
 		}
-		c.uTier[c.ix(x)], c.uSlot[c.ix(x)], c.uPins[c.ix(x)] = GPU, slot, pins
+		c.units.place(x, GPU, slot)
+		c.units.pins[c.units.ix(x)] = pins
 	}
 	for j, u := range s.stepPins {
-		if c.blockOf(u) == b {
-			s.stepPins[j] = c.unit(e, c.sliceOf(u))
+		if c.units.block(u) == b {
+			s.stepPins[j] = c.units.id(e, c.units.slice(u))
 		}
 	}
-	if c.blocks[b].twin != e {
+	if c.units.blocks[b].twin != e {
 		// A recompute copy's sequence holds its twin already.
-		c.addRef(e, s.sparse)
+		c.addRefNow(e, s.sparse)
 	}
-	c.freeBlock(b)
+	c.units.release(b)
 	s.blocks[i] = e
 }

@@ -23,18 +23,31 @@ import (
 // matches it references it, and releasing it makes it hollow again.
 //
 // The hollow nodes form a doubly linked list through their block records,
-// least recently hollowed first (hollowHead).
+// least recently hollowed first (see metadata).
 
 // noBlock marks the end of the hollow list.
 const noBlock int32 = -1
 
+// metadata is the budget of the prefix tree and the list of its hollow
+// nodes, least recently hollowed first, linked through their block records.
+type metadata struct {
+	head, tail int32
+	count      int
+	// maxBlocks is the budget (Config.MaxBlocks, or its default).
+	maxBlocks int
+}
+
+func newMetadata(maxBlocks int) metadata {
+	return metadata{head: noBlock, tail: noBlock, maxBlocks: maxBlocks}
+}
+
 // defaultMaxBlocks is Config.MaxBlocks when it is 0: twice the token blocks
-// both tiers hold (a block needs all its units, so a tier holds, in whole
+// the tiers hold (a block needs all its units, so a tier holds, in whole
 // blocks, the least over pools of slots per unit per block), and at least
 // minMaxBlocks.
-func defaultMaxBlocks(pools []poolGeom, gpu, cpu []int) int {
+func defaultMaxBlocks(pools []poolGeom, tiers [][]int) int {
 	blocks := 0
-	for _, slots := range [2][]int{gpu, cpu} {
+	for _, slots := range tiers {
 		least := -1
 		for p, n := range slots {
 			if b := n / pools[p].unitsPerBlock; least < 0 || b < least {
@@ -52,72 +65,74 @@ const minMaxBlocks = 1024
 
 // markHollow puts block b, a tree node with no bytes and no references, at
 // the most recent end of the hollow list, unless it is there already.
-func (c *Cache) markHollow(b int32) {
-	r := &c.blocks[b]
-	if r.hollow {
+func (m *metadata) markHollow(t *unitTable, b int32) {
+	if t.blocks[b].hollow {
 		return
 	}
-	r.hollow = true
-	r.hollowPrev, r.hollowNext = c.hollowTail, noBlock
-	if c.hollowTail == noBlock {
-		c.hollowHead = b
+	m.relinkHollow(t, b, m.tail)
+}
+
+// relinkHollow puts block b, which is not on the hollow list, after block
+// prev (noBlock: at the head).
+func (m *metadata) relinkHollow(t *unitTable, b, prev int32) {
+	r := &t.blocks[b]
+	next := m.head
+	if prev != noBlock {
+		next = t.blocks[prev].hollowNext
+		t.blocks[prev].hollowNext = b
 	} else {
-		c.blocks[c.hollowTail].hollowNext = b
+		m.head = b
 	}
-	c.hollowTail = b
-	c.hollowCount++
+	if next != noBlock {
+		t.blocks[next].hollowPrev = b
+	} else {
+		m.tail = b
+	}
+	r.hollow, r.hollowPrev, r.hollowNext = true, prev, next
+	m.count++
 }
 
 // unmarkHollow takes block b off the hollow list, if it is on it.
-func (c *Cache) unmarkHollow(b int32) {
-	r := &c.blocks[b]
+func (m *metadata) unmarkHollow(t *unitTable, b int32) {
+	r := &t.blocks[b]
 	if !r.hollow {
 		return
 	}
 	if r.hollowPrev == noBlock {
-		c.hollowHead = r.hollowNext
+		m.head = r.hollowNext
 	} else {
-		c.blocks[r.hollowPrev].hollowNext = r.hollowNext
+		t.blocks[r.hollowPrev].hollowNext = r.hollowNext
 	}
 	if r.hollowNext == noBlock {
-		c.hollowTail = r.hollowPrev
+		m.tail = r.hollowPrev
 	} else {
-		c.blocks[r.hollowNext].hollowPrev = r.hollowPrev
+		t.blocks[r.hollowNext].hollowPrev = r.hollowPrev
 	}
 	r.hollow, r.hollowPrev, r.hollowNext = false, noBlock, noBlock
-	c.hollowCount--
-}
-
-// gainBytes counts a unit of block b that got bytes back.
-func (c *Cache) gainBytes(b int32) {
-	r := &c.blocks[b]
-	r.held++
-	if r.held == 1 {
-		c.unmarkHollow(b)
-	}
+	m.count--
 }
 
 // pruneMetadata removes the least recently hollowed nodes, with their
 // subtrees, while the tree holds more than the budget (see the top of this
 // file).
 func (c *Cache) pruneMetadata() {
-	for c.tree.Len() > c.maxBlocks && c.hollowHead != noBlock {
-		b := c.hollowHead
-		c.unmarkHollow(b)
-		n := c.blocks[b].node
+	for c.tree.Len() > c.meta.maxBlocks && c.meta.head != noBlock {
+		b := c.meta.head
+		c.meta.unmarkHollow(&c.units, b)
+		n := c.units.blocks[b].node
 		parent := n.Parent()
 		removed, err := c.tree.RemoveSubtree(n, func(d *radix.Node[int32]) {
 			x := d.Value
-			for sl := range c.numSlices {
-				u := c.unit(x, sl)
-				if t := c.uTier[c.ix(u)]; t != Dropped {
-					c.emitTier(u, t, Dropped)
+			for sl := range c.geom.slices {
+				u := c.units.id(x, sl)
+				if t := c.units.tierOf(u); t != Dropped {
+					c.emitMove(u, t, Dropped)
 					c.freeUnit(u)
 				}
 			}
 			c.emitBlock(BlockRemoved, x)
-			c.unmarkHollow(x)
-			c.freeBlock(x)
+			c.meta.unmarkHollow(&c.units, x)
+			c.units.release(x)
 		})
 		if err != nil {
 			return // unreachable: b is a live node of the tree
@@ -132,11 +147,6 @@ func (c *Cache) pruneMetadata() {
 	}
 }
 
-// liveRecords returns the block records in use.
-func (c *Cache) liveRecords() int {
-	return len(c.blocks) - len(c.freeBlocks) - int(c.st.retiredRecords)
-}
-
 // metadataBytes estimates the memory of the cache's live metadata: the
 // block records in use and their unit tables, the tree's nodes with their
 // tokens, and one policy entry per resident unit. It is an estimate for
@@ -146,12 +156,10 @@ func (c *Cache) metadataBytes() int64 {
 		nodeBytes   = 112 // a radix node and its shared metadata, as allocated
 		policyBytes = 48  // a policy's entry and index slot for one key
 	)
-	records := int64(c.liveRecords())
-	unitTables := int64(1<<c.sliceShift) * int64(unsafe.Sizeof(Tier(0))+2*unsafe.Sizeof(int32(0)))
+	records := int64(c.units.live())
+	unitTables := int64(1<<c.geom.sliceShift) * int64(unsafe.Sizeof(Tier(0))+2*unsafe.Sizeof(int32(0)))
 	n := records * (int64(unsafe.Sizeof(blockRec{})) + unitTables)
-	n += int64(c.tree.Len()) * (nodeBytes + int64(c.blockTokens)*int64(unsafe.Sizeof(uint32(0))))
-	for p := range c.pools {
-		n += int64(c.gpu[p].tracked+c.cpu[p].tracked) * policyBytes
-	}
+	n += int64(c.tree.Len()) * (nodeBytes + int64(c.geom.blockTokens)*int64(unsafe.Sizeof(uint32(0))))
+	c.tiers.each(func(a *arena) { n += int64(a.tracked) * policyBytes })
 	return n
 }

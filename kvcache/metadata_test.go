@@ -18,8 +18,7 @@ func runTailPriority(t *testing.T, gpu, maxBlocks, blocks, n int) (*Cache, map[u
 	t.Helper()
 	l := tinyLayout(t, layout.AllLayers, nil) // one unit per block
 	known := map[uint64]bool{}                // the tree as a router sees it
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: int64(gpu)}, GPUPolicy: PrioritizedLRUFactory, MaxBlocks: maxBlocks,
-		Events: func(e Event) {
+	c, err := New(Config{Layout: l, Tiers: tiersOf(Capacity{Units: int64(gpu)}, Capacity{}, PrioritizedLRUPolicy(), nil), MaxBlocks: maxBlocks, Events: func(e Event) {
 			switch e.Kind {
 			case BlockStored:
 				known[e.Hash] = true
@@ -73,7 +72,7 @@ func TestMetadataBudgetBoundsTheTree(t *testing.T) {
 // goes and the tree stays over its budget.
 func TestPruningSparesLiveSequences(t *testing.T) {
 	l := tinyLayout(t, layout.AllLayers, nil)
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 8}, MaxBlocks: 6, GPUPolicy: FIFOFactory}) // heads go first: hollow chains
+	c, err := New(Config{Layout: l, Tiers: tiersOf(Capacity{Units: 8}, Capacity{}, FIFOPolicy(), nil), MaxBlocks: 6}) // heads go first: hollow chains
 	require.NoError(t, err)
 	B := c.BlockTokens()
 	x := seqTokens(4*B, 0)
@@ -91,7 +90,7 @@ func TestPruningSparesLiveSequences(t *testing.T) {
 	}
 	st := c.Stats()
 	require.Positive(t, st.PrunedBlocks)
-	require.Zero(t, c.Stats().GPU.Pinned)
+	require.Zero(t, c.Stats().Tier(GPU).Pinned)
 	c.mu.Lock()
 	nodes, err := c.tree.Match(nil, radix.Keys{}, x, nil)
 	c.mu.Unlock()

@@ -106,8 +106,13 @@ type modelConfig struct {
 	windows []int
 	gpu     Capacity
 	cpu     Capacity
-	policy  func() PolicyFactory
-	cost    *costmodel.Model
+	// third, when not zero, is the capacity of a third tier.
+	third  Capacity
+	policy func() PolicyFactory
+	// recompute is Config.Recompute; link the Link of every tier below
+	// the GPU.
+	recompute *costmodel.Recompute
+	link      costmodel.Link
 	// chaos, when positive, wraps every policy in a chaosPolicy that
 	// breaks the contract in one call in chaos.
 	chaos int
@@ -124,17 +129,41 @@ func modelConfigs() []modelConfig {
 		{name: "paged-lru", kind: layout.PagedLayer, gpu: Capacity{Units: 30}, cpu: Capacity{Units: 20}},
 		{name: "bsa-lru", kind: layout.BSA, gpu: Capacity{Units: 60}, cpu: Capacity{Units: 40}},
 		{name: "paged-window", kind: layout.PagedLayer, windows: []int{6, 0}, gpu: Capacity{Units: 30}, cpu: Capacity{Units: 16}},
-		{name: "alllayers-nocpu-fifo", kind: layout.AllLayers, gpu: Capacity{Units: 14}, policy: constFactory(FIFOFactory)},
-		{name: "paged-prioritized", kind: layout.PagedLayer, gpu: Capacity{Units: 30}, cpu: Capacity{Units: 20}, policy: constFactory(PrioritizedLRUFactory)},
+		{name: "alllayers-nocpu-fifo", kind: layout.AllLayers, gpu: Capacity{Units: 14}, policy: constFactory(FIFOPolicy())},
+		{name: "paged-prioritized", kind: layout.PagedLayer, gpu: Capacity{Units: 30}, cpu: Capacity{Units: 20}, policy: constFactory(PrioritizedLRUPolicy())},
 		{name: "bsa-s3fifo", kind: layout.BSA, windows: []int{0, 8}, gpu: Capacity{Units: 60}, cpu: Capacity{Units: 40},
-			policy: constFactory(S3FIFOFactory(eviction.S3FIFOConfig{}))},
+			policy: constFactory(S3FIFOPolicy(eviction.S3FIFOConfig{}))},
 		{name: "paged-retention", kind: layout.PagedLayer, gpu: Capacity{Units: 30}, cpu: Capacity{Units: 20},
-			policy: constFactory(RetentionFactory(costmodel.Recompute{Alpha: 1e-6, Beta: 1e-3}))},
+			policy: constFactory(RetentionPolicy()), recompute: &costmodel.Recompute{Alpha: 1e-6, Beta: 1e-3}},
 		{name: "bsa-cost", kind: layout.BSA, gpu: Capacity{Units: 60}, cpu: Capacity{Bytes: 40 * 16},
-			cost: &costmodel.Model{Recompute: costmodel.Recompute{Beta: 2e-7}, Link: costmodel.Link{BytesPerSecond: 1e9}}},
+			recompute: &costmodel.Recompute{Beta: 2e-7}, link: costmodel.Link{BytesPerSecond: 1e9}},
 		{name: "paged-fifo-budget", kind: layout.PagedLayer, gpu: Capacity{Units: 30}, cpu: Capacity{Units: 20},
-			policy: constFactory(FIFOFactory), maxBlocks: 12},
+			policy: constFactory(FIFOPolicy()), maxBlocks: 12},
+		// Three tiers: the CPU's victims move down to a third tier, whose
+		// victims are dropped; units load back from either.
+		{name: "paged-3tier", kind: layout.PagedLayer, gpu: Capacity{Units: 30}, cpu: Capacity{Units: 10}, third: Capacity{Units: 16}},
+		{name: "bsa-3tier-cost", kind: layout.BSA, windows: []int{0, 8}, gpu: Capacity{Units: 60}, cpu: Capacity{Units: 16},
+			third: Capacity{Units: 40}, policy: constFactory(S3FIFOPolicy(eviction.S3FIFOConfig{})),
+			recompute: &costmodel.Recompute{Beta: 2e-7}, link: costmodel.Link{BytesPerSecond: 1e9}},
 	}
+}
+
+// tiers returns the tiers of mc: the GPU, the CPU unless its capacity is
+// zero, and a third tier when it has one, each with mc's policy.
+func (mc modelConfig) tiers() []TierConfig {
+	tiers := GPUAndCPU(mc.gpu, mc.cpu)
+	if mc.third != (Capacity{}) {
+		tiers = append(tiers, TierConfig{Name: "disk", Capacity: mc.third})
+	}
+	for i := range tiers {
+		if mc.policy != nil {
+			tiers[i].Policy = mc.policy()
+		}
+		if i > 0 {
+			tiers[i].Link = mc.link
+		}
+	}
+	return tiers
 }
 
 type refSeq struct {
@@ -197,13 +226,12 @@ func newHarness(t testing.TB, mc modelConfig, choose func(int) int) *harness {
 	m := layout.Model{Name: "tiny", Layers: 2, QueryHeads: 4, KVHeads: 2, HeadDim: 2, ElemBytes: 1, Windows: mc.windows}
 	l, err := layout.New(m, mc.kind, 4)
 	require.NoError(t, err)
-	store, err := NewMemoryStore(l, mc.gpu, mc.cpu)
+	store, err := NewMemoryStore(l, mc.tiers())
 	require.NoError(t, err)
 	h := &harness{t: t, store: store, mover: &faultyMover{inner: store}, lay: l, choose: choose,
 		ref: map[SeqID]*refSeq{}, counts: map[string]int{}, clock: &eviction.ManualClock{},
 		routed: map[uint64][]Tier{}}
-	cfg := Config{Layout: l, GPU: mc.gpu, CPU: mc.cpu, Mover: h.mover, CostModel: mc.cost, Clock: h.clock, MaxBlocks: mc.maxBlocks,
-		Events: func(e Event) {
+	cfg := Config{Layout: l, Tiers: mc.tiers(), Mover: h.mover, Recompute: mc.recompute, Clock: h.clock, MaxBlocks: mc.maxBlocks, Events: func(e Event) {
 			h.events = append(h.events, e)
 			h.route(e)
 			// A sink with a bug, now and then, after it recorded the
@@ -213,33 +241,31 @@ func newHarness(t testing.TB, mc modelConfig, choose func(int) int) *harness {
 				panic("injected sink bug")
 			}
 		}}
-	if mc.policy != nil {
-		cfg.GPUPolicy, cfg.CPUPolicy = mc.policy(), mc.policy()
-	}
-	if mc.chaos > 0 && mc.cost != nil {
+	if mc.chaos > 0 && mc.recompute != nil {
 		// The cost model decides what eviction does: a weight function
 		// with a bug poisons the cache like a policy.
-		cm := *mc.cost
-		weight := cm.Recompute.LayerWeight
+		rc := *mc.recompute
+		weight := rc.LayerWeight
 		if weight == nil {
 			weight = costmodel.SeedLayerWeight
 		}
-		cm.Recompute.LayerWeight = func(i, n int) float64 {
+		rc.LayerWeight = func(i, n int) float64 {
 			if h.costArmed && h.choose(mc.chaos) == 0 {
 				h.chaos.breaches["cost model panic"]++
 				panic("injected cost model bug")
 			}
 			return weight(i, n)
 		}
-		cfg.CostModel = &cm
+		cfg.Recompute = &rc
 	}
 	if mc.chaos > 0 {
 		h.chaos = &chaosWorld{choose: choose, oneIn: mc.chaos, breaches: map[string]int{}, cpuPinnedLiar: mc.cpuPinnedLiar}
-		for _, f := range []*PolicyFactory{&cfg.GPUPolicy, &cfg.CPUPolicy} {
-			if *f == nil {
-				*f = LRUFactory
+		for i := range cfg.Tiers {
+			f := cfg.Tiers[i].Policy
+			if f == nil {
+				f = LRUPolicy()
 			}
-			*f = chaosFactory(h.chaos, *f)
+			cfg.Tiers[i].Policy = chaosFactory(h.chaos, f)
 		}
 	}
 	h.c, err = New(cfg)
@@ -283,29 +309,69 @@ func (h *harness) route(e Event) {
 
 // ledger sums what the plans of successful operations reported.
 type ledger struct {
-	lost                                   uint64
-	offloads, onboards, copies, drops      uint64
-	bytesMoved, recomputed                 int64
-	gpuHits, gpuMisses, cpuHits, cpuMisses uint64
+	lost                              uint64
+	offloads, onboards, copies, drops uint64
+	bytesMoved, recomputed            int64
+	// hits and misses per tier (index t-1): a unit found on tier t is a
+	// miss on every tier above it and a hit on t, one found nowhere a
+	// miss on every tier.
+	hits, misses [MaxTiers]uint64
+}
+
+// lookup records one unit lookup that found the unit on tier found
+// (Dropped: nowhere) in a cache of tiers tiers.
+func (l *ledger) lookup(found Tier, tiers int) {
+	for t := GPU; int(t) <= tiers; t++ {
+		if t == found {
+			l.hits[t-1]++
+			return
+		}
+		l.misses[t-1]++
+	}
 }
 
 // record adds plan p to the ledger; lookups says whether the operation
 // counts its units as cache lookups (a dense Acquire).
 func (h *harness) record(p Plan, lookups bool) {
 	l := &h.plans
-	l.offloads += uint64(p.OffloadedUnits)
-	l.onboards += uint64(p.OnboardedUnits)
-	l.copies += uint64(p.CopiedUnits)
-	l.drops += uint64(p.DroppedUnits)
+	l.offloads += uint64(p.Offloaded)
+	l.onboards += uint64(p.Onboarded)
+	l.copies += uint64(p.Copied)
+	l.drops += uint64(p.Dropped)
 	l.recomputed += int64(p.RecomputeTokens)
-	for _, cp := range p.Copies {
+	for _, cp := range p.Executed {
 		l.bytesMoved += h.lay.Pools()[cp.Pool].UnitBytes
+		h.countCopy(cp)
 	}
 	if lookups {
-		l.gpuHits += uint64(p.HitUnits)
-		l.gpuMisses += uint64(p.OnboardedUnits + p.FreshUnits)
-		l.cpuHits += uint64(p.OnboardedUnits)
-		l.cpuMisses += uint64(p.FreshUnits)
+		// An Acquire's copies to the GPU are its onboards, from the tier
+		// each names.
+		tiers := h.c.Tiers()
+		for range p.Hits {
+			l.lookup(GPU, tiers)
+		}
+		onboards := 0
+		for _, cp := range p.Executed {
+			if cp.To == GPU {
+				l.lookup(cp.From, tiers)
+				onboards++
+			}
+		}
+		require.Equal(h.t, p.Onboarded, onboards, "step %d: onboards and their copies", h.steps)
+		for range p.Computed {
+			l.lookup(Dropped, tiers)
+		}
+	}
+}
+
+// countCopy counts the copies that use a third tier, so that the test
+// shows it ran them.
+func (h *harness) countCopy(cp Copy) {
+	switch {
+	case cp.To == CPU+1:
+		h.counts["move down to a third tier"]++
+	case cp.From == CPU+1 && cp.To == GPU:
+		h.counts["load from a third tier"]++
 	}
 }
 
@@ -321,16 +387,16 @@ func (h *harness) recordSparse(r *SparseResult, n int) {
 			l.recomputed += int64(min((u.Block+1)*B, n) - u.Block*B)
 		}
 	}
-	l.offloads += uint64(r.OffloadedUnits)
+	l.offloads += uint64(r.Offloaded)
 	l.onboards += uint64(r.Onboarded)
-	l.drops += uint64(r.DroppedUnits)
-	for _, cp := range r.Copies {
+	l.drops += uint64(r.Dropped)
+	for _, cp := range r.Executed {
 		l.bytesMoved += h.lay.Pools()[cp.Pool].UnitBytes
+		h.countCopy(cp)
 	}
-	l.gpuHits += uint64(r.Hits)
-	l.gpuMisses += uint64(r.Misses)
-	l.cpuHits += uint64(r.Onboarded)
-	l.cpuMisses += uint64(r.Recompute)
+	for _, u := range r.Units {
+		l.lookup(u.From, h.c.Tiers())
+	}
 }
 
 // checkLedger compares Stats with the ledger and the router's view with
@@ -340,13 +406,26 @@ func (h *harness) checkLedger() {
 	require.Equal(h.t, l.offloads, st.Offloads, "step %d: offloads", h.steps)
 	require.Equal(h.t, l.onboards, st.Onboards, "step %d: onboards", h.steps)
 	require.Equal(h.t, l.copies, st.Copies, "step %d: copies", h.steps)
-	require.Equal(h.t, l.drops, st.GPU.Drops+st.CPU.Drops, "step %d: drops", h.steps)
-	require.Equal(h.t, l.lost, st.GPU.Lost+st.CPU.Lost, "step %d: units lost to a Mover's panic", h.steps)
-	require.Equal(h.t, l.offloads+l.drops, st.GPU.Evictions+st.CPU.Evictions, "step %d: evictions", h.steps)
+	var drops, lost, evictions, movedIn uint64
+	for i, ts := range st.Tiers {
+		drops += ts.Drops
+		lost += ts.Lost
+		evictions += ts.Evictions
+		movedIn += ts.MovedIn
+		require.Equal(h.t, l.hits[i], ts.Hits, "step %d: hits of %s", h.steps, ts.Name)
+		require.Equal(h.t, l.misses[i], ts.Misses, "step %d: misses of %s", h.steps, ts.Name)
+		if i > 0 {
+			require.Equal(h.t, st.Tiers[i-1].Misses, ts.Hits+ts.Misses, "step %d: %s sees the misses of the tier above", h.steps, ts.Name)
+			require.Equal(h.t, st.Tiers[i-1].Evictions-st.Tiers[i-1].Drops, ts.MovedIn, "step %d: %s receives the moves of the tier above", h.steps, ts.Name)
+		}
+	}
+	require.Equal(h.t, l.drops, drops, "step %d: drops", h.steps)
+	require.Equal(h.t, l.lost, lost, "step %d: units lost to a Mover's panic", h.steps)
+	require.Equal(h.t, l.offloads+l.drops, evictions, "step %d: evictions", h.steps)
+	require.Equal(h.t, l.offloads, movedIn, "step %d: moves down", h.steps)
+	require.Zero(h.t, st.Tiers[len(st.Tiers)-1].Evictions-st.Tiers[len(st.Tiers)-1].Drops, "step %d: the last tier drops every victim", h.steps)
 	require.Equal(h.t, l.bytesMoved, st.BytesMoved, "step %d: bytes moved", h.steps)
 	require.Equal(h.t, l.recomputed, st.RecomputedTokens, "step %d: recomputed tokens", h.steps)
-	require.Equal(h.t, [4]uint64{l.gpuHits, l.gpuMisses, l.cpuHits, l.cpuMisses},
-		[4]uint64{st.GPU.Hits, st.GPU.Misses, st.CPU.Hits, st.CPU.Misses}, "step %d: GPU and CPU hits and misses", h.steps)
 	c := h.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -354,8 +433,8 @@ func (h *harness) checkLedger() {
 	for n := range c.tree.All() {
 		tiers, ok := h.routed[n.Hash()]
 		require.True(h.t, ok, "step %d: the router does not know block %x", h.steps, n.Hash())
-		for sl := range c.numSlices {
-			require.Equal(h.t, c.uTier[c.ix(c.unit(n.Value, sl))], tiers[sl], "step %d: router's tier of block %x slice %d", h.steps, n.Hash(), sl)
+		for sl := range c.geom.slices {
+			require.Equal(h.t, c.units.tier[c.units.ix(c.units.id(n.Value, sl))], tiers[sl], "step %d: router's tier of block %x slice %d", h.steps, n.Hash(), sl)
 		}
 	}
 }
@@ -378,35 +457,35 @@ func (h *harness) predictAcquire(req Request) (expectedAcquire, int) {
 	defer c.mu.Unlock()
 	nodes, err := c.tree.Match(nil, radix.Keys{Namespace: req.Namespace, LoRA: req.LoRA}, req.Tokens, req.Extra)
 	require.NoError(h.t, err)
-	B := c.blockTokens
+	B := c.geom.blockTokens
 	var e expectedAcquire
 	released := 0
 	for i, n := range nodes {
 		dropped := false
-		for sl := range c.numSlices {
-			dropped = dropped || c.uTier[c.ix(c.unit(n.Value, sl))] == Dropped
+		for sl := range c.geom.slices {
+			dropped = dropped || c.units.tier[c.units.ix(c.units.id(n.Value, sl))] == Dropped
 		}
 		if dropped {
 			// Recomputed whole into a private copy: every unit fresh.
 			e.recompute += min((i+1)*B, len(req.Tokens)) - i*B
-			e.fresh += c.numSlices
-			for sl := range c.numSlices {
-				if c.uTier[c.ix(c.unit(n.Value, sl))] == CPU {
+			e.fresh += c.geom.slices
+			for sl := range c.geom.slices {
+				if t := c.units.tier[c.units.ix(c.units.id(n.Value, sl))]; t != GPU && t != Dropped {
 					released++
 				}
 			}
 			continue
 		}
-		for sl := range c.numSlices {
-			switch c.uTier[c.ix(c.unit(n.Value, sl))] {
+		for sl := range c.geom.slices {
+			switch c.units.tier[c.units.ix(c.units.id(n.Value, sl))] {
 			case GPU:
 				e.hits++
-			case CPU:
+			default: // on a lower tier (none dropped here)
 				e.onboards++
 			}
 		}
 	}
-	e.fresh += (c.numBlocks(len(req.Tokens)) - len(nodes)) * c.numSlices
+	e.fresh += (c.geom.numBlocks(len(req.Tokens)) - len(nodes)) * c.geom.slices
 	return e, released
 }
 
@@ -451,7 +530,7 @@ func (h *harness) checkComputePinned(id SeqID, p Plan) {
 func (h *harness) checkCopiesUseful(id SeqID, p Plan) {
 	B := h.c.BlockTokens()
 	n := len(h.ref[id].tokens)
-	for _, cp := range p.Copies {
+	for _, cp := range p.Executed {
 		if cp.To != GPU {
 			continue
 		}
@@ -487,8 +566,8 @@ func (h *harness) snapshot() snapshot {
 	s := snapshot{units: map[string]string{}, seqs: map[SeqID]string{}, stats: c.Stats(), events: len(h.events)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for b := range c.blocks {
-		r := &c.blocks[b]
+	for b := range c.units.blocks {
+		r := &c.units.blocks[b]
 		if !r.live {
 			continue
 		}
@@ -497,9 +576,9 @@ func (h *harness) snapshot() snapshot {
 			key = fmt.Sprintf("node %x", r.node.Hash())
 		}
 		var state []string
-		for sl := range c.numSlices {
-			u := c.unit(int32(b), sl)
-			state = append(state, fmt.Sprintf("%s/%d/%d", c.uTier[c.ix(u)], c.uSlot[c.ix(u)], c.uPins[c.ix(u)]))
+		for sl := range c.geom.slices {
+			u := c.units.id(int32(b), sl)
+			state = append(state, fmt.Sprintf("%s/%d/%d", c.units.tier[c.units.ix(u)], c.units.slot[c.units.ix(u)], c.units.pins[c.units.ix(u)]))
 		}
 		s.units[key] = fmt.Sprintf("refs %d held %d %v", r.refs, r.held, state)
 	}
@@ -515,15 +594,15 @@ func (h *harness) pinnedSlots() map[string]string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := map[string]string{}
-	for b := range c.blocks {
-		r := &c.blocks[b]
+	for b := range c.units.blocks {
+		r := &c.units.blocks[b]
 		if !r.live || r.node == nil {
 			continue
 		}
-		for sl := range c.numSlices {
-			u := c.unit(int32(b), sl)
-			if c.uPins[c.ix(u)] > 0 {
-				out[fmt.Sprintf("%x/%d", r.node.Hash(), sl)] = fmt.Sprintf("%s/%d", c.uTier[c.ix(u)], c.uSlot[c.ix(u)])
+		for sl := range c.geom.slices {
+			u := c.units.id(int32(b), sl)
+			if c.units.pins[c.units.ix(u)] > 0 {
+				out[fmt.Sprintf("%x/%d", r.node.Hash(), sl)] = fmt.Sprintf("%s/%d", c.units.tier[c.units.ix(u)], c.units.slot[c.units.ix(u)])
 			}
 		}
 	}
@@ -641,12 +720,12 @@ func (h *harness) checkBytes() {
 	c := h.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	B := c.blockTokens
+	B := c.geom.blockTokens
 	str := h.lay.Strides()
 	owner := map[int32]*sequence{}
 	for _, s := range c.seqs {
 		for _, b := range s.blocks {
-			if c.blocks[b].node == nil {
+			if c.units.blocks[b].node == nil {
 				owner[b] = s
 			}
 		}
@@ -654,8 +733,8 @@ func (h *harness) checkBytes() {
 	// A tree block holds only committed, hence written, KV: every byte of
 	// every unit with bytes is checked. A private block is checked where
 	// its owner's server wrote it.
-	for b := range c.blocks {
-		r := &c.blocks[b]
+	for b := range c.units.blocks {
+		r := &c.units.blocks[b]
 		if !r.live || r.held == 0 {
 			continue
 		}
@@ -689,12 +768,12 @@ func (h *harness) checkBytes() {
 			written = q.written
 		}
 		ph := prefixHashes(keys, tokens)
-		for sl := range c.numSlices {
-			u := c.unit(int32(b), sl)
-			if c.uTier[c.ix(u)] == Dropped {
+		for sl := range c.geom.slices {
+			u := c.units.id(int32(b), sl)
+			if c.units.tier[c.units.ix(u)] == Dropped {
 				continue
 			}
-			buf := h.store.Bytes(c.uTier[c.ix(u)], c.poolOfUnit(u), c.uSlot[c.ix(u)])
+			buf := h.store.Bytes(c.units.tier[c.units.ix(u)], c.poolOf(u), c.units.slot[c.units.ix(u)])
 			for o := range int64(len(buf)) {
 				t := int((o / str.Token) % int64(B))
 				if t >= valid || !written(idx*B+t) {
@@ -702,7 +781,7 @@ func (h *harness) checkBytes() {
 				}
 				if buf[o] != expectedByte(ph[idx*B+t], sl, o) {
 					h.t.Fatalf("step %d: block %d (index %d, tree %t) slice %d on %s slot %d: byte %d corrupted",
-						h.steps, b, idx, r.node != nil, sl, c.uTier[c.ix(u)], c.uSlot[c.ix(u)], o)
+						h.steps, b, idx, r.node != nil, sl, c.units.tier[c.units.ix(u)], c.units.slot[c.units.ix(u)], o)
 				}
 			}
 		}
@@ -715,7 +794,7 @@ func (h *harness) checkSharing() {
 	c := h.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	B := c.blockTokens
+	B := c.geom.blockTokens
 	if h.poisoned == nil {
 		// A poisoned cache may have half-done the operation that met the
 		// breach: the reference no longer follows it, its own tree must.
@@ -729,18 +808,18 @@ func (h *harness) checkSharing() {
 	}
 	for id, s := range c.seqs {
 		for i, b := range s.blocks {
-			n := c.blocks[b].node
+			n := c.units.blocks[b].node
 			if n == nil {
 				continue
 			}
 			require.Equal(h.t, s.keys, n.Keys(), "seq %d block %d keys", id, i)
 			require.Equal(h.t, s.tokens[i*B:(i+1)*B], n.Tokens(), "seq %d block %d tokens", id, i)
 			if i > 0 {
-				prev := &c.blocks[s.blocks[i-1]]
+				prev := &c.units.blocks[s.blocks[i-1]]
 				if prev.twin >= 0 {
 					// The sequence recomputes its cached block i-1 into
 					// a private copy.
-					prev = &c.blocks[prev.twin]
+					prev = &c.units.blocks[prev.twin]
 				}
 				require.Equal(h.t, prev.node, n.Parent(), "seq %d block %d parent", id, i)
 			} else {
@@ -765,10 +844,10 @@ func (h *harness) checkTables() {
 		s := c.seqs[id]
 		own := map[UnitID]bool{}
 		for i, b := range s.blocks {
-			for p := range c.pools {
-				if i >= int(s.pinLo[p]) && i < s.pinHi {
-					for _, sl := range c.pools[p].slices {
-						own[c.unit(b, sl)] = true
+			for p := range c.geom.pools {
+				if s.span().pins(i, p) {
+					for _, sl := range c.geom.pools[p].slices {
+						own[c.units.id(b, sl)] = true
 					}
 				}
 			}
@@ -784,7 +863,7 @@ func (h *harness) checkTables() {
 			require.NoError(h.t, err)
 			require.Len(h.t, table, len(blocks))
 			for i, slot := range table {
-				u := c.unit(blocks[i], sl)
+				u := c.units.id(blocks[i], sl)
 				if !own[u] {
 					require.Equal(h.t, int32(-1), slot, "step %d: seq %d slice %d block %d is not pinned by it", h.steps, id, sl, i)
 					continue
@@ -807,10 +886,12 @@ func (h *harness) checkAll() {
 	h.checkBytes()
 	h.checkSharing()
 	st := h.c.Stats()
-	for _, ts := range []TierStats{st.GPU, st.CPU} {
+	for _, ts := range st.Tiers {
 		require.Equal(h.t, ts.Capacity, ts.Free+ts.Pinned+ts.Cached)
 	}
-	require.Zero(h.t, st.CPU.Pinned)
+	for _, ts := range st.Tiers[1:] {
+		require.Zero(h.t, ts.Pinned, "step %d: %s pins a unit between operations", h.steps, ts.Name)
+	}
 	require.Equal(h.t, h.sinkPanics, st.SinkPanics, "step %d: sink panics counted", h.steps)
 	if h.poisoned == nil {
 		// The operation that met a breach may be half-done: its plan was
@@ -870,7 +951,10 @@ func (h *harness) requireSameState(before snapshot, why string) {
 func (h *harness) expectOnlyLost(before snapshot, committing SeqID, err error) {
 	h.t.Helper()
 	after := h.snapshot()
-	lost := after.stats.GPU.Lost + after.stats.CPU.Lost - before.stats.GPU.Lost - before.stats.CPU.Lost
+	var lost uint64
+	for i := range after.stats.Tiers {
+		lost += after.stats.Tiers[i].Lost - before.stats.Tiers[i].Lost
+	}
 	var ended []SeqID
 	endedCommitting := false
 	for id := range before.seqs {
@@ -897,7 +981,7 @@ func (h *harness) expectOnlyLost(before snapshot, committing SeqID, err error) {
 		for _, e := range h.events[before.events:] {
 			// Dropping units may leave blocks hollow (pruned) or empty
 			// (removed).
-			require.Contains(h.t, []EventKind{UnitDropped, BlockRemoved}, e.Kind, "step %d: a Mover's panic only drops units", h.steps)
+			require.Contains(h.t, []string{"dropped", "removed"}, what(e), "step %d: a Mover's panic only drops units", h.steps)
 		}
 	default:
 		toks, err := h.c.SequenceTokens(nil, committing)
@@ -935,7 +1019,7 @@ func (h *harness) partlyDropped() map[uint64]bool {
 		if s.sparse {
 			for _, b := range s.blocks {
 				sparse[b] = true
-				if tw := c.blocks[b].twin; tw >= 0 {
+				if tw := c.units.blocks[b].twin; tw >= 0 {
 					sparse[tw] = true // held through a recompute copy
 				}
 			}
@@ -946,8 +1030,8 @@ func (h *harness) partlyDropped() map[uint64]bool {
 		if sparse[n.Value] {
 			continue
 		}
-		for sl := range c.numSlices {
-			if c.uTier[c.ix(c.unit(n.Value, sl))] == Dropped {
+		for sl := range c.geom.slices {
+			if c.units.tier[c.units.ix(c.units.id(n.Value, sl))] == Dropped {
 				out[n.Hash()] = true
 				break
 			}
@@ -961,7 +1045,7 @@ func (h *harness) partlyDropped() map[uint64]bool {
 // partlyDropped) was offloaded by it: such a victim must be dropped.
 func (h *harness) checkNoWastedOffload(partly map[uint64]bool, fromEvent int) {
 	for _, e := range h.events[fromEvent:] {
-		if e.Kind == UnitRestored {
+		if what(e) == "restored" {
 			// A commit merged a recomputed copy into the block: it may
 			// hold every unit's bytes again.
 			delete(partly, e.Hash)
@@ -969,8 +1053,8 @@ func (h *harness) checkNoWastedOffload(partly map[uint64]bool, fromEvent int) {
 		if !partly[e.Hash] {
 			continue
 		}
-		require.NotEqual(h.t, UnitOffloaded, e.Kind, "step %d: unit %d of block %x offloaded although the block lacked a unit", h.steps, e.Slice, e.Hash)
-		if e.Kind == UnitDropped && e.From == GPU {
+		require.NotEqual(h.t, "offloaded", what(e), "step %d: unit %d of block %x offloaded although the block lacked a unit", h.steps, e.Slice, e.Hash)
+		if what(e) == "dropped" && e.From == GPU {
 			h.counts["victim of a partly dropped block dropped"]++
 		}
 	}
@@ -1079,7 +1163,7 @@ func (h *harness) step() {
 			return
 		}
 		if !sparse {
-			require.Equal(h.t, adm.NeedSlots, p.OnboardedUnits+p.FreshUnits)
+			require.Equal(h.t, adm.NeedSlots, p.Onboarded+p.Computed)
 			require.Equal(h.t, adm.ReusedTokens, p.ReusedTokens)
 		}
 		q := &refSeq{keys: keys, sparse: sparse}
@@ -1094,11 +1178,11 @@ func (h *harness) step() {
 			q.tokens = prompt
 			require.Equal(h.t, len(prompt), p.Tokens)
 			require.GreaterOrEqual(h.t, p.ReusedTokens, mustReuse, "step %d: early reuse", h.steps)
-			require.Equal(h.t, want, expectedAcquire{hits: p.HitUnits, onboards: p.OnboardedUnits, fresh: p.FreshUnits, recompute: p.RecomputeTokens},
+			require.Equal(h.t, want, expectedAcquire{hits: p.Hits, onboards: p.Onboarded, fresh: p.Computed, recompute: p.RecomputeTokens},
 				"step %d: plan of a dense Acquire", h.steps)
 			h.record(p, true)
 			h.counts["acquire"]++
-			if p.OnboardedUnits > 0 {
+			if p.Onboarded > 0 {
 				h.counts["onboard"]++
 			}
 			if p.RecomputeTokens > 0 {
@@ -1179,7 +1263,7 @@ func (h *harness) step() {
 			}
 		}
 		heads[0] = append(heads[0], int64(nb-1)) // the current block, always chosen
-		err := c.SparseAccess(id, layer, heads, &h.res)
+		err := c.SparseAccess(id, byQueryHeads(c.Layout(), layer, heads), &h.res)
 		if !okErr(err) {
 			return
 		}
@@ -1196,13 +1280,13 @@ func (h *harness) step() {
 				h.fillUnit(id, u.Block, u.Slice)
 			}
 		}
-		require.Equal(h.t, len(h.res.Units), h.res.Hits+h.res.Misses)
+		require.Equal(h.t, len(h.res.Units), h.res.Hits+(h.res.Onboarded + h.res.Computed))
 		h.recordSparse(&h.res, len(q.tokens))
 		h.counts["sparse"]++
 		if h.res.Onboarded > 0 {
 			h.counts["sparse onboard"]++
 		}
-		if h.res.Recompute > 0 {
+		if h.res.Computed > 0 {
 			h.counts["sparse recompute"]++
 		}
 	case op < 80:
@@ -1249,7 +1333,7 @@ func (h *harness) step() {
 		if p.RecomputeTokens > 0 {
 			h.counts["truncate recompute"]++
 		}
-		if p.CopiedUnits > 0 {
+		if p.Copied > 0 {
 			h.counts["truncate cow"]++
 		}
 	case op < 94:
@@ -1312,11 +1396,14 @@ func (h *harness) badInput(before snapshot) {
 		h.expectUnchanged(before, err, ErrInvalidRequest)
 	case 4:
 		if ok {
-			err := c.SparseAccess(id, 2, make([][]int64, 4), &h.res)
+			heads := h.lay.Model().StoredHeads()
+			err := c.SparseAccess(id, Selection{Layer: 2, Blocks: make([][]int, heads)}, &h.res)
 			h.expectUnchanged(before, err, ErrOutOfRange)
-			err = c.SparseAccess(id, 0, [][]int64{{int64(len(q.tokens)/4 + 1)}, nil, nil, nil}, &h.res)
+			bad := Selection{Blocks: make([][]int, heads)}
+			bad.Blocks[0] = []int{len(q.tokens)/4 + 1}
+			err = c.SparseAccess(id, bad, &h.res)
 			h.expectUnchanged(before, err, ErrOutOfRange)
-			err = c.SparseAccess(id, 0, make([][]int64, 3), &h.res)
+			err = c.SparseAccess(id, Selection{Blocks: make([][]int, heads+1)}, &h.res)
 			h.expectUnchanged(before, err, ErrInvalidRequest)
 		}
 	case 5:
@@ -1353,7 +1440,7 @@ func runModel(t testing.TB, mc modelConfig, seed uint64, steps int) *harness {
 		h.checkAll()
 	}
 	st := h.c.Stats()
-	require.Zero(t, st.GPU.Pinned)
+	require.Zero(t, st.Tier(GPU).Pinned)
 	// An idle cache may be cleared: every block goes, with one event.
 	if err := h.c.Clear(); err != nil {
 		// A chaos policy may break its contract in Clear's Removes.
@@ -1365,7 +1452,9 @@ func runModel(t testing.TB, mc modelConfig, seed uint64, steps int) *harness {
 	h.counts["clear"]++
 	after := h.c.Stats()
 	require.Zero(t, after.Blocks)
-	require.Zero(t, after.GPU.Cached+after.CPU.Cached)
+	for _, ts := range after.Tiers {
+		require.Zero(t, ts.Cached)
+	}
 	require.Equal(t, st.Removed+uint64(st.Blocks), after.Removed)
 	require.Equal(t, AllCleared, h.events[len(h.events)-1].Kind)
 	h.checkAll()
@@ -1408,6 +1497,7 @@ func TestModelRandomized(t *testing.T) {
 				require.Positive(t, total[k], "operation %q never ran", k)
 			}
 			for _, k := range []string{"victim of a partly dropped block dropped", "pruned", "mover panicked", "abort",
+				"move down to a third tier", "load from a third tier",
 				"commit", "prompt being written by another", "truncate recompute", "recompute of a block with CPU copies"} {
 				rare[k] += total[k]
 			}

@@ -1,8 +1,10 @@
 package kvcache
 
 // Copy is one unit copy between two slots of the same pool: from slot
-// FromSlot of tier From to slot ToSlot of tier To. GPU to CPU is an offload,
-// CPU to GPU an onboard, GPU to GPU (or CPU to GPU) a copy-on-write copy.
+// FromSlot of tier From to slot ToSlot of tier To. A copy from a tier to the
+// next one down is an offload (a victim moving down), from a lower tier to
+// the GPU an onboard or a copy-on-write copy, from the GPU to the GPU a
+// copy-on-write copy.
 type Copy struct {
 	Pool     int
 	From     Tier

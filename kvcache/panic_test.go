@@ -49,7 +49,7 @@ func (p *panickyPolicy) Evict() (UnitID, bool) {
 func requireAccountingExact(t *testing.T, c *Cache) {
 	t.Helper()
 	st := c.Stats()
-	for _, ts := range []TierStats{st.GPU, st.CPU} {
+	for _, ts := range []TierStats{st.Tier(GPU), st.Tier(CPU)} {
 		require.Equal(t, ts.Capacity, ts.Free+ts.Pinned+ts.Cached)
 	}
 	require.NoError(t, c.checkAccounting(false))
@@ -98,13 +98,13 @@ func TestPolicyPanicIsRecovered(t *testing.T) {
 func runPanicScenario(t *testing.T, method string, tier Tier, at int) (*Cache, *panickyPolicy, error) {
 	l := tinyLayout(t, layout.PagedLayer, nil)
 	gpu, cpu := Capacity{Units: 6}, Capacity{Units: 4}
-	store, err := NewMemoryStore(l, gpu, cpu)
+	store, err := NewMemoryStore(l, GPUAndCPU(gpu, cpu))
 	require.NoError(t, err)
 	var pp *panickyPolicy
 	factory := func(info PoolInfo) (eviction.Policy[UnitID], error) {
 		// LRU declares that it ignores hits on pinned keys: S3-FIFO
 		// hears every Access.
-		inner, err := S3FIFOFactory(eviction.S3FIFOConfig{})(info)
+		inner, err := S3FIFOPolicy(eviction.S3FIFOConfig{})(info)
 		require.NoError(t, err)
 		p := &panickyPolicy{Policy: inner, method: method}
 		if info.Tier == tier {
@@ -116,7 +116,7 @@ func runPanicScenario(t *testing.T, method string, tier Tier, at int) (*Cache, *
 		}
 		return p, nil
 	}
-	c, err := New(Config{Layout: l, GPU: gpu, CPU: cpu, GPUPolicy: factory, CPUPolicy: factory, Mover: store})
+	c, err := New(Config{Layout: l, Tiers: tiersOf(gpu, cpu, factory, factory), Mover: store})
 	require.NoError(t, err)
 	var live []SeqID
 	var failed error
@@ -173,10 +173,10 @@ func (m *panickyMover) Copy(batch []Copy) error {
 func TestMoverPanicIsRecovered(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, nil)
 	gpu, cpu := Capacity{Units: 4}, Capacity{Units: 2}
-	store, err := NewMemoryStore(l, gpu, cpu)
+	store, err := NewMemoryStore(l, GPUAndCPU(gpu, cpu))
 	require.NoError(t, err)
 	m := &panickyMover{inner: store}
-	c, err := New(Config{Layout: l, GPU: gpu, CPU: cpu, Mover: m})
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(gpu, cpu), Mover: m})
 	require.NoError(t, err)
 	for _, base := range []uint32{0, 100, 200} {
 		p, err := c.Acquire(Request{Tokens: seqTokens(4, base)})
@@ -184,7 +184,7 @@ func TestMoverPanicIsRecovered(t *testing.T) {
 		finish(t, c, p.Seq)
 	}
 	st := c.Stats()
-	require.Equal(t, int64(2), st.CPU.Cached, "the first block is on the CPU")
+	require.Equal(t, int64(2), st.Tier(CPU).Cached, "the first block is on the CPU")
 	// The next block evicts the second one from the GPU and offloads it
 	// into the CPU slots of the first (a CPU victim). The Mover performs
 	// the first of these copies and panics: after the rollback, the first
@@ -199,9 +199,9 @@ func TestMoverPanicIsRecovered(t *testing.T) {
 	require.Zero(t, p.Seq)
 	require.NoError(t, c.checkInvariants())
 	st = c.Stats()
-	require.Equal(t, uint64(2), st.CPU.Lost, "both offload destinations may have been written")
-	require.Zero(t, st.CPU.Cached)
-	require.Equal(t, int64(4), st.GPU.Cached, "the GPU victims keep their slots")
+	require.Equal(t, uint64(2), st.Tier(CPU).Lost, "both offload destinations may have been written")
+	require.Zero(t, st.Tier(CPU).Cached)
+	require.Equal(t, int64(4), st.Tier(GPU).Cached, "the GPU victims keep their slots")
 	require.Zero(t, st.Sequences)
 	// Not poisoned.
 	p, err = c.Acquire(Request{Tokens: seqTokens(4, 0)})
@@ -221,17 +221,17 @@ func TestMoverPanicIsRecovered(t *testing.T) {
 func TestMoverPanicOverTheSequencesOwnUnit(t *testing.T) {
 	l := tinyLayout(t, layout.AllLayers, nil)
 	gpu := Capacity{Units: 2}
-	store, err := NewMemoryStore(l, gpu, Capacity{})
+	store, err := NewMemoryStore(l, GPUAndCPU(gpu, Capacity{}))
 	require.NoError(t, err)
 	m := &panickyMover{inner: store}
-	c, err := New(Config{Layout: l, GPU: gpu, Mover: m})
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(gpu, Capacity{}), Mover: m})
 	require.NoError(t, err)
 	a, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
 	require.NoError(t, err)
 	finish(t, c, a.Seq)
 	b, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
 	require.NoError(t, err)
-	require.Equal(t, 2, b.HitUnits)
+	require.Equal(t, 2, b.Hits)
 	// Cutting into the first block (cached, with a child) copies it on
 	// write: the copy needs a slot, and the only evictable unit is the
 	// second block's, which the Truncate itself just unpinned.
@@ -244,8 +244,8 @@ func TestMoverPanicOverTheSequencesOwnUnit(t *testing.T) {
 	_, err = c.Len(b.Seq)
 	require.ErrorIs(t, err, ErrUnknownSequence)
 	st := c.Stats()
-	require.Equal(t, uint64(1), st.GPU.Lost, "the second block's unit may have been overwritten")
-	require.Zero(t, st.GPU.Pinned)
+	require.Equal(t, uint64(1), st.Tier(GPU).Lost, "the second block's unit may have been overwritten")
+	require.Zero(t, st.Tier(GPU).Pinned)
 	require.Equal(t, uint64(1), st.Aborted)
 	// The cache goes on: the first block is still cached, the second is
 	// recomputed.
@@ -266,9 +266,8 @@ func TestCostModelPanicIsRecovered(t *testing.T) {
 		}
 		return 1
 	}
-	cm := &costmodel.Model{Recompute: costmodel.Recompute{Beta: 1, LayerWeight: weight, PositionWeight: weight},
-		Link: costmodel.Link{BytesPerSecond: 1e9}}
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 4}, CPU: Capacity{Units: 8}, CostModel: cm})
+	c, err := New(Config{Layout: l, Tiers: linked(GPUAndCPU(Capacity{Units: 4}, Capacity{Units: 8}), costmodel.Link{BytesPerSecond: 1e9}),
+		Recompute: &costmodel.Recompute{Beta: 1, LayerWeight: weight, PositionWeight: weight}})
 	require.NoError(t, err)
 	for _, base := range []uint32{0, 100} {
 		p, err := c.Acquire(Request{Tokens: seqTokens(4, base)})
@@ -287,8 +286,7 @@ func TestCostModelPanicIsRecovered(t *testing.T) {
 // TestFactoryPanicIsAnError: New reports a policy factory that panics.
 func TestFactoryPanicIsAnError(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, nil)
-	_, err := New(Config{Layout: l, GPU: Capacity{Units: 4},
-		GPUPolicy: func(PoolInfo) (eviction.Policy[UnitID], error) { panic("factory bug") }})
+	_, err := New(Config{Layout: l, Tiers: tiersOf(Capacity{Units: 4}, Capacity{}, func(PoolInfo) (eviction.Policy[UnitID], error) { panic("factory bug") }, nil)})
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	var pe *PanicError
 	require.True(t, errors.As(err, &pe))

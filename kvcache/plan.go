@@ -1,15 +1,39 @@
 package kvcache
 
-import (
-	"slices"
+import "github.com/kvtier/kvtier/radix"
 
-	"github.com/kvtier/kvtier/radix"
-)
+// TokenRange is the half-open token interval [Start, End) of a sequence.
+type TokenRange struct {
+	Start, End int
+}
 
-// Plan tells the server what an operation did and what it must do next.
-// Copies listed in a Plan were already executed through the Mover (or, with
-// no Mover, only counted); Compute lists the tokens the server must compute
-// to fill the fresh slots the sequence's block tables now point to.
+// Len returns the number of tokens in r.
+func (r TokenRange) Len() int { return r.End - r.Start }
+
+// Counts says what an operation did to units. Plan and SparseResult embed
+// it, so an Acquire, an Append and a SparseAccess report in the same words.
+type Counts struct {
+	// Hits were on the GPU already; Onboarded were copied to the GPU from
+	// a lower tier; Copied were filled by a copy-on-write copy; Computed
+	// got a GPU slot the server fills by computing (new tokens, or a
+	// recompute). A block that is recomputed (a needed unit of it had no
+	// bytes) is never copied into: its units on a lower tier, or whose
+	// copy-on-write source they are, count as Computed (their copies are
+	// released), while its units already on the GPU count as Hits (kept
+	// pinned: the recompute writes the same bytes into them).
+	Hits, Onboarded, Copied, Computed int
+	// Offloaded and Dropped count the victims evicted to make room: moved
+	// down a tier, or left with no bytes.
+	Offloaded, Dropped int
+}
+
+// Plan tells the server what an operation did and what it must do next:
+// the tokens to compute into the slots the sequence's block tables now
+// give.
+//
+// Compute and Executed share buffers with the sequence: its next operation
+// reuses them, so read (or copy) them before. That keeps a decode step
+// free of allocations.
 type Plan struct {
 	// Seq is the sequence the plan is for.
 	Seq SeqID
@@ -18,25 +42,14 @@ type Plan struct {
 	// Pending is, for a sparse Acquire, the prompt tokens not taken from
 	// the cache: the server feeds them through Append, block by block.
 	Pending int
-	// ReusedTokens counts tokens of cached blocks that need no compute:
-	// every unit the sequence pins was on the GPU or copied from the CPU.
-	ReusedTokens int
-	// HitUnits were already on the GPU; OnboardedUnits were copied from the
-	// CPU; CopiedUnits were filled by a copy-on-write copy; FreshUnits got
-	// a slot the server must fill by computing. A block that is recomputed
-	// (a needed unit of it had no bytes, see Compute) is never copied
-	// into: its units on the CPU, or whose copy-on-write source they are,
-	// count as FreshUnits (the CPU copies are released), while its units
-	// already on the GPU count as HitUnits (kept pinned: the recompute
-	// writes the same bytes into them).
-	HitUnits, OnboardedUnits, CopiedUnits, FreshUnits int
-	// OffloadedUnits and DroppedUnits count the victims evicted to make
-	// room (GPU victims offloaded to the CPU; GPU or CPU victims dropped).
-	OffloadedUnits, DroppedUnits int
+	Counts
 	// Compute lists the token ranges the server must compute, in order:
 	// new tokens and the tokens of cached blocks a unit of which was
 	// dropped (recompute).
 	Compute []TokenRange
+	// ReusedTokens counts tokens of cached blocks that need no compute:
+	// every unit the sequence pins was on the GPU or copied to it.
+	ReusedTokens int
 	// RecomputeTokens counts the tokens of Compute that were cached once
 	// and must be recomputed because a unit was dropped.
 	RecomputeTokens int
@@ -47,9 +60,10 @@ type Plan struct {
 	// Pending for a sparse request); a scheduler that would rather reuse
 	// them can Release or Abort it and retry after the writer's next step.
 	BeingWrittenTokens int
-	// Copies is the batch handed to the Mover, in order: victims'
-	// offloads, onboards and copy-on-write copies.
-	Copies []Copy
+	// Executed is the batch of copies the operation handed to the Mover,
+	// in order (victims' moves, onboards, copy-on-write copies): done by
+	// the time the call returns (with no Mover, only counted).
+	Executed []Copy
 }
 
 // scratch holds buffers reused across operations.
@@ -65,109 +79,71 @@ type scratch struct {
 	copies []int
 }
 
-// queuePinDiff queues into the transaction what takes a sequence from
-// pinning, in pool p, blocks oldBlocks[oldLo[p]:oldHi] to pinning
-// newBlocks[newLo[p]:newHi]. Unpins are queued last block first, so that
-// recency policies (whose Unpin counts as the latest use) evict a chain's
-// tail first. A new block equal to cowDst is filled by copying cowSrc. The
-// indices of blocks that get fresh (to compute) units are left in
-// c.scratch.fresh, ascending; the other units those blocks newly pin are
-// not copied (see recomputeBlock).
-func (c *Cache) queuePinDiff(oldBlocks, oldLo []int32, oldHi int, newBlocks, newLo []int32, newHi int, cowDst, cowSrc int32) {
-	t := &c.tx
-	in := func(blocks, lo []int32, hi, p, i int) bool {
-		return i < len(blocks) && i >= int(lo[p]) && i < hi
-	}
-	n := max(len(oldBlocks), len(newBlocks))
-	for i := n - 1; i >= 0; i-- {
-		for p := range c.pools {
-			if !in(oldBlocks, oldLo, oldHi, p, i) {
-				continue
-			}
-			if in(newBlocks, newLo, newHi, p, i) && oldBlocks[i] == newBlocks[i] {
-				continue
-			}
-			base := c.units(oldBlocks[i])
-			for _, sl := range c.pools[p].slices {
-				t.unpins = append(t.unpins, base|UnitID(sl))
-			}
-		}
-	}
-	c.scratch.fresh = c.scratch.fresh[:0]
-	for i := range newBlocks {
-		fresh := false
-		first := len(t.needs)
-		for p := range c.pools {
-			if !in(newBlocks, newLo, newHi, p, i) {
-				continue
-			}
-			if in(oldBlocks, oldLo, oldHi, p, i) && oldBlocks[i] == newBlocks[i] {
-				continue
-			}
-			b := newBlocks[i]
-			base := c.units(b)
-			for _, sl := range c.pools[p].slices {
-				var a action
-				if b == cowDst {
-					a = c.addCopyNeed(base|UnitID(sl), c.unit(cowSrc, sl))
-				} else {
-					a = c.addNeed(base | UnitID(sl))
-				}
-				fresh = fresh || a == actFresh
-			}
-		}
-		if fresh {
-			c.scratch.fresh = append(c.scratch.fresh, i)
-			c.recomputeBlock(t.needs[first:])
-		}
-	}
-}
-
-// recomputeBlock adjusts the needs of one block that will be recomputed
-// (one of its needed units has no bytes). The server then recomputes the
-// block's tokens through every layer and writes all of its units, so bytes
-// copied into them would be overwritten: units on the CPU are not onboarded
-// but get fresh slots (their CPU copies are released), and copy-on-write
-// copies are not made. Units already on the GPU stay pinned where they are
-// (hits): the recompute rewrites the same bytes into them, which costs no
-// slot and no copy, and other sequences may be reading them meanwhile.
-func (c *Cache) recomputeBlock(needs []need) {
-	for i := range needs {
-		switch needs[i].act {
-		case actOnboard:
-			needs[i].act = actRecompute
-		case actCopy:
-			needs[i].act = actFresh
-		}
-	}
-}
-
-// fillPlan counts the committed transaction into p and the stats.
-func (c *Cache) fillPlan(p *Plan) {
+// countUnits returns what the committed transaction did, by Counts.
+func (c *Cache) countUnits() Counts {
+	var k Counts
 	t := &c.tx
 	for i := range t.needs {
 		switch t.needs[i].act {
 		case actHit:
-			p.HitUnits++
+			k.Hits++
 		case actOnboard:
-			p.OnboardedUnits++
+			k.Onboarded++
 		case actCopy:
-			p.CopiedUnits++
+			k.Copied++
 		case actFresh, actRecompute:
-			p.FreshUnits++
+			k.Computed++
 		}
 	}
-	p.OffloadedUnits = 0
-	for _, v := range t.gpuVictims {
+	for _, v := range t.victims {
 		if v.to >= 0 {
-			p.OffloadedUnits++
+			k.Offloaded++
 		} else {
-			p.DroppedUnits++
+			k.Dropped++
 		}
 	}
-	p.DroppedUnits += len(t.cpuVictims)
-	if len(t.batch) > 0 {
-		p.Copies = slices.Clone(t.batch)
+	return k
+}
+
+// fillPlan sets p's counts and Executed from the committed transaction,
+// with s's buffer behind Executed.
+func (c *Cache) fillPlan(p *Plan, s *sequence) {
+	p.Counts = c.countUnits()
+	s.executed = append(s.executed[:0], c.tx.batch...)
+	if len(s.executed) > 0 {
+		p.Executed = s.executed
+	}
+}
+
+// countLookups adds the committed transaction's needs to the hit and miss
+// counters of the tiers (a unit found on tier t is a miss on every tier
+// above it and a hit on t; one found nowhere, or recomputed, a miss on
+// every tier), and reports each hit to the GPU policy (Access): pinning is
+// not a use for every policy (S3-FIFO counts hits in Access only). Policies
+// known to ignore it are skipped (see tellsHits).
+func (c *Cache) countLookups() {
+	last := c.tiers.last()
+	for i := range c.tx.needs {
+		n := &c.tx.needs[i]
+		p := c.poolOf(n.u)
+		found := Dropped
+		switch n.act {
+		case actHit:
+			found = GPU
+			if a := c.tiers.arena(GPU, p); a.tellHits {
+				a.policyAccess(n.u)
+			}
+		case actOnboard:
+			found = n.from
+		}
+		for t := GPU; t <= last; t++ {
+			a := c.tiers.arena(t, p)
+			if t == found {
+				a.hits++
+				break
+			}
+			a.misses++
+		}
 	}
 }
 
@@ -182,20 +158,4 @@ func addRange(rs []TokenRange, start, end int) []TokenRange {
 		return rs
 	}
 	return append(rs, TokenRange{Start: start, End: end})
-}
-
-// wantLo fills lo with the first block s pins in each pool when its next
-// write starts at token writeFrom.
-func (c *Cache) wantLo(lo []int32, s *sequence) []int32 {
-	lo = lo[:0]
-	for p := range c.pools {
-		var b int
-		if s.sparse {
-			b = s.writeFrom / c.blockTokens
-		} else if w := c.pools[p].window; w > 0 && s.writeFrom+1 > w {
-			b = (s.writeFrom + 1 - w) / c.blockTokens
-		}
-		lo = append(lo, int32(b))
-	}
-	return lo
 }

@@ -1,9 +1,6 @@
 package kvcache
 
-import (
-	"errors"
-	"fmt"
-)
+import "fmt"
 
 // A policy whose Insert fails where the cache must place a unit, or whose
 // Evict returns a key that is no evictable unit of its arena, leaves the
@@ -33,17 +30,6 @@ func (c *Cache) poisonWith(err error) error {
 		c.poisoned = fmt.Errorf("%w: %w", ErrPolicy, err)
 	}
 	return c.poisoned
-}
-
-// abort rolls the running transaction back and returns err, or the poison
-// error when the policy refused to take a victim back during the rollback
-// (err is then only named).
-func (c *Cache) abort(err error) error {
-	c.rollback()
-	if c.poisoned != nil && !errors.Is(err, ErrPolicy) {
-		return fmt.Errorf("%w (rolling back after: %v)", c.poisoned, err)
-	}
-	return err
 }
 
 // reportBreach makes every mutating method (through unlock) return the

@@ -49,7 +49,7 @@ func refusingCache(t *testing.T, gpu, cpu Capacity, mover Mover, fifo bool) (*Ca
 		}
 		return p, nil
 	}
-	c, err := New(Config{Layout: l, GPU: gpu, CPU: cpu, GPUPolicy: factory, CPUPolicy: factory, Mover: mover})
+	c, err := New(Config{Layout: l, Tiers: tiersOf(gpu, cpu, factory, factory), Mover: mover})
 	require.NoError(t, err)
 	return c, gp, cp
 }
@@ -59,13 +59,13 @@ func refusingCache(t *testing.T, gpu, cpu Capacity, mover Mover, fifo bool) (*Ca
 func requireSlotsAddUp(t *testing.T, c *Cache) {
 	t.Helper()
 	st := c.Stats()
-	for _, ts := range []TierStats{st.GPU, st.CPU} {
+	for _, ts := range []TierStats{st.Tier(GPU), st.Tier(CPU)} {
 		require.Equal(t, ts.Capacity, ts.Free+ts.Pinned+ts.Cached)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for p := range c.pools {
-		for _, a := range []*arena{c.gpu[p], c.cpu[p]} {
+	for p := range c.geom.pools {
+		for _, a := range []*arena{c.tiers.arena(GPU, p), c.tiers.arena(CPU, p)} {
 			require.Equal(t, a.capacity()-len(a.free), a.tracked, "%s pool %d: used slots and tracked units", a.tier, p)
 			require.Equal(t, a.tracked, a.policy.Len(), "%s pool %d: tracked units and policy", a.tier, p)
 		}
@@ -92,7 +92,7 @@ func requirePoisoned(t *testing.T, c *Cache, live SeqID) {
 	_, err = c.Fork(live)
 	check(err)
 	var res SparseResult
-	check(c.SparseAccess(live, 0, make([][]int64, 4), &res))
+	check(c.SparseAccess(live, Selection{Blocks: make([][]int, 2)}, &res))
 	check(c.Commit(live, 0))
 	check(c.Release(live))
 	check(c.Abort(live))
@@ -111,7 +111,7 @@ func requirePoisoned(t *testing.T, c *Cache, live SeqID) {
 func TestPolicyRefusesReinsertOnRollback(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, nil)
 	gpu, cpu := Capacity{Units: 4}, Capacity{Units: 8}
-	store, err := NewMemoryStore(l, gpu, cpu)
+	store, err := NewMemoryStore(l, GPUAndCPU(gpu, cpu))
 	require.NoError(t, err)
 	mover := &faultyMover{inner: store}
 	c, gp, _ := refusingCache(t, gpu, cpu, mover, false)
@@ -136,10 +136,10 @@ func TestPolicyRefusesReinsertOnRollback(t *testing.T) {
 	require.NoError(t, c.checkInvariants())
 	requireSlotsAddUp(t, c)
 	st := c.Stats()
-	require.Equal(t, uint64(1), st.GPU.Drops)
-	require.Equal(t, int64(3), st.GPU.Cached)
-	require.Equal(t, int64(1), st.GPU.Free)
-	require.Zero(t, st.CPU.Cached+st.CPU.Pinned, "the offloads were rolled back")
+	require.Equal(t, uint64(1), st.Tier(GPU).Drops)
+	require.Equal(t, int64(3), st.Tier(GPU).Cached)
+	require.Equal(t, int64(1), st.Tier(GPU).Free)
+	require.Zero(t, st.Tier(CPU).Cached+st.Tier(CPU).Pinned, "the offloads were rolled back")
 	requirePoisoned(t, c, live.Seq)
 }
 
@@ -173,7 +173,7 @@ func TestPolicyRefusesOffload(t *testing.T) {
 	finish(t, c, a.Seq)
 	b, err := c.Acquire(Request{Tokens: seqTokens(8, 100)}) // offloads a: CPU inserts 1-4
 	require.NoError(t, err)
-	require.Equal(t, 4, b.OffloadedUnits)
+	require.Equal(t, 4, b.Offloaded)
 	finish(t, c, b.Seq)
 	live, err := c.Acquire(Request{})
 	require.NoError(t, err)
@@ -207,7 +207,7 @@ func TestPolicyRefusesMerge(t *testing.T) {
 			// tree, on the CPU or dropped under block 1.
 			s3, err := c.Acquire(Request{Tokens: seqTokens(4, 100)})
 			require.NoError(t, err)
-			require.Equal(t, 2, s3.OffloadedUnits+s3.DroppedUnits)
+			require.Equal(t, 2, s3.Offloaded+s3.Dropped)
 			require.Equal(t, 2, c.Stats().Blocks, "s2's block 0 is still known")
 			_, err = c.Append(s1.Seq, 3) // fills block 0, private until committed
 			require.NoError(t, err)
@@ -275,7 +275,7 @@ func TestPolicyEvictsWhatItMustNot(t *testing.T) {
 			l, err := layout.New(m, layout.PagedLayer, 4)
 			require.NoError(t, err)
 			factory, lying := tierPolicy(GPU, newLying)
-			c, err := New(Config{Layout: l, GPU: Capacity{Units: 6}, CPU: Capacity{Units: 6}, GPUPolicy: factory})
+			c, err := New(Config{Layout: l, Tiers: tiersOf(Capacity{Units: 6}, Capacity{Units: 6}, factory, nil)})
 			require.NoError(t, err)
 			// One block offloaded to the CPU, one pinned, one cached.
 			a, err := c.Acquire(Request{Tokens: seqTokens(4, 0)})
@@ -287,16 +287,16 @@ func TestPolicyEvictsWhatItMustNot(t *testing.T) {
 			live, err := c.Acquire(Request{Tokens: seqTokens(4, 100)})
 			require.NoError(t, err)
 			c.mu.Lock()
-			pinned := c.unit(c.seqs[live.Seq].blocks[0], 0)
+			pinned := c.units.id(c.seqs[live.Seq].blocks[0], 0)
 			var cpu UnitID
-			for u, tier := range c.uTier {
+			for u, tier := range c.units.tier {
 				if tier == CPU {
-					b := int32(u >> c.sliceShift)
-					cpu = c.unit(b, c.sliceOf(UnitID(u)))
+					b := int32(u >> c.geom.sliceShift)
+					cpu = c.units.id(b, c.units.slice(UnitID(u)))
 				}
 			}
 			c.mu.Unlock()
-			require.Equal(t, int64(3), c.Stats().CPU.Cached)
+			require.Equal(t, int64(3), c.Stats().Tier(CPU).Cached)
 			gp := lying()
 			gp.lie = func() (UnitID, bool) { return lie(c, pinned, cpu) }
 			gp.armed = true
@@ -324,14 +324,14 @@ func TestCPUPolicyEvictsGarbage(t *testing.T) {
 		}
 		return p, nil
 	}
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 4}, CPU: Capacity{Units: 2}, GPUPolicy: factory, CPUPolicy: factory})
+	c, err := New(Config{Layout: l, Tiers: tiersOf(Capacity{Units: 4}, Capacity{Units: 2}, factory, factory)})
 	require.NoError(t, err)
 	a, err := c.Acquire(Request{Tokens: seqTokens(4, 0)})
 	require.NoError(t, err)
 	finish(t, c, a.Seq)
 	b, err := c.Acquire(Request{Tokens: seqTokens(8, 100)}) // offloads a: the CPU is full
 	require.NoError(t, err)
-	require.Equal(t, 2, b.OffloadedUnits)
+	require.Equal(t, 2, b.Offloaded)
 	finish(t, c, b.Seq)
 	before := c.Stats()
 	cp.armed = true
@@ -351,10 +351,10 @@ func TestCPUPolicyEvictsGarbage(t *testing.T) {
 func TestCPUPolicyEvictsAPinnedUnit(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, nil) // two units per block
 	gpu, cpu := Capacity{Units: 4}, Capacity{Units: 4}
-	store, err := NewMemoryStore(l, gpu, cpu)
+	store, err := NewMemoryStore(l, GPUAndCPU(gpu, cpu))
 	require.NoError(t, err)
 	factory, lying := tierPolicy(CPU, newLying)
-	c, err := New(Config{Layout: l, GPU: gpu, CPU: cpu, GPUPolicy: factory, CPUPolicy: factory, Mover: store})
+	c, err := New(Config{Layout: l, Tiers: tiersOf(gpu, cpu, factory, factory), Mover: store})
 	require.NoError(t, err)
 	x := seqTokens(4, 0)
 	for _, base := range []uint32{0, 100, 200, 300} {
@@ -364,12 +364,12 @@ func TestCPUPolicyEvictsAPinnedUnit(t *testing.T) {
 		finish(t, c, p.Seq)
 	}
 	st := c.Stats()
-	require.Equal(t, int64(4), st.CPU.Cached, "x and the second block are on the CPU")
+	require.Equal(t, int64(4), st.Tier(CPU).Cached, "x and the second block are on the CPU")
 	c.mu.Lock()
 	nodes, err := c.tree.Match(nil, radix.Keys{}, x, nil)
 	require.NoError(t, err)
-	onboarding := c.unit(nodes[0].Value, 0)
-	require.Equal(t, CPU, c.uTier[c.ix(onboarding)])
+	onboarding := c.units.id(nodes[0].Value, 0)
+	require.Equal(t, CPU, c.units.tier[c.units.ix(onboarding)])
 	c.mu.Unlock()
 	cp := lying()
 	cp.lie = func() (UnitID, bool) { return onboarding, true }

@@ -36,15 +36,16 @@ func (c *Cache) Release(id SeqID) (err error) {
 // SparseAccess restored that it never declared written are dropped again
 // unless another sequence pins them.
 func (c *Cache) end(s *sequence) {
-	c.tx.reset()
+	c.tx.unpins = c.tx.unpins[:0]
 	us := c.tx.unpins
+	span := s.span()
 	for i := len(s.blocks) - 1; i >= 0; i-- {
-		base := c.units(s.blocks[i])
-		for p := range c.pools {
-			if i < int(s.pinLo[p]) || i >= s.pinHi {
+		base := c.units.base(s.blocks[i])
+		for p := range c.geom.pools {
+			if !span.pins(i, p) {
 				continue
 			}
-			for _, sl := range c.pools[p].slices {
+			for _, sl := range c.geom.pools[p].slices {
 				us = append(us, base|UnitID(sl))
 			}
 		}
@@ -54,9 +55,10 @@ func (c *Cache) end(s *sequence) {
 	for _, u := range c.tx.unpins {
 		c.unpinUnit(u)
 	}
+	c.tx.unpins = c.tx.unpins[:0]
 	s.stepPins = s.stepPins[:0]
 	for _, u := range s.restored {
-		if i := c.ix(u); c.uTier[i] == GPU && c.uPins[i] == 0 {
+		if c.units.tierOf(u) == GPU && c.units.pinsOf(u) == 0 {
 			c.dropResident(u)
 		}
 	}
@@ -81,6 +83,6 @@ func (c *Cache) queueStepUnpins(s *sequence) {
 	}
 	t.unpins = append(t.unpins, s.stepPins...)
 	slices.SortStableFunc(t.unpins, func(a, b UnitID) int {
-		return cmp.Compare(c.blocks[c.blockOf(b)].index, c.blocks[c.blockOf(a)].index)
+		return cmp.Compare(c.units.rec(b).index, c.units.rec(a).index)
 	})
 }

@@ -23,11 +23,14 @@ type twin struct {
 func newTwin(t *testing.T, f PolicyFactory) *twin {
 	l := tinyLayout(t, layout.PagedLayer, nil)
 	gpu, cpu := Capacity{Units: 8}, Capacity{Units: 4}
-	store, err := NewMemoryStore(l, gpu, cpu)
+	store, err := NewMemoryStore(l, GPUAndCPU(gpu, cpu))
 	require.NoError(t, err)
 	tw := &twin{mover: &faultyMover{inner: store}, clock: &eviction.ManualClock{}}
-	tw.c, err = New(Config{Layout: l, GPU: gpu, CPU: cpu, GPUPolicy: f, CPUPolicy: f, Mover: tw.mover, Clock: tw.clock,
-		Events: func(e Event) {
+	// Every policy is priced with the same cost (RetentionPolicy reads
+	// it; with no link, the default Decider moves every victim it can, as
+	// without a cost).
+	tw.c, err = New(Config{Layout: l, Tiers: tiersOf(gpu, cpu, f, f), Recompute: &costmodel.Recompute{Alpha: 1e-3, Beta: 1e-2},
+		Mover: tw.mover, Clock: tw.clock, Events: func(e Event) {
 			tw.events = append(tw.events, fmt.Sprintf("%s %x/%d %s->%s", e.Kind, e.Hash, e.Slice, e.From, e.To))
 		}})
 	require.NoError(t, err)
@@ -53,11 +56,11 @@ func (tw *twin) serve(t *testing.T, tokens []uint32, prio int) {
 // never ran the failed operation makes.
 func TestFailedOperationLeavesPoliciesAsTheyWere(t *testing.T) {
 	for name, f := range map[string]PolicyFactory{
-		"lru":       LRUFactory,
-		"fifo":      FIFOFactory,
-		"plru":      PrioritizedLRUFactory,
-		"s3fifo":    S3FIFOFactory(eviction.S3FIFOConfig{}),
-		"retention": RetentionFactory(costmodel.Recompute{Alpha: 1e-3, Beta: 1e-2}),
+		"lru":       LRUPolicy(),
+		"fifo":      FIFOPolicy(),
+		"plru":      PrioritizedLRUPolicy(),
+		"s3fifo":    S3FIFOPolicy(eviction.S3FIFOConfig{}),
+		"retention": RetentionPolicy(),
 	} {
 		t.Run(name, func(t *testing.T) {
 			a, b := newTwin(t, f), newTwin(t, f)

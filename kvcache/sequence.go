@@ -8,6 +8,10 @@ import (
 	"github.com/kvtier/kvtier/radix"
 )
 
+// SeqID names a sequence returned by Acquire or Fork. Ids are never reused
+// by a Cache.
+type SeqID uint64
+
 // Request describes a sequence to Acquire: its prompt and what decides
 // whether it may share KV with others.
 type Request struct {
@@ -89,12 +93,9 @@ type sequence struct {
 	blocks []int32
 	sparse bool
 	prio   *Priorities
-	// The sequence pins, in pool p, the units of blocks[pinLo[p]:pinHi]
-	// (pinHi is the block count). Dense: pinLo is the first block inside
-	// the pool's window as seen from token writeFrom. Sparse: the block of
-	// token writeFrom, so only the blocks the last Append wrote.
+	// pinLo is, per pool, the first block the sequence pins (see pinSpan):
+	// it pins the units of blocks[pinLo[p]:] in pool p.
 	pinLo []int32
-	pinHi int
 	// writeFrom is the first token the last Acquire or Append wrote (0
 	// after a dense Acquire: the prefill may read every prompt block).
 	writeFrom int
@@ -111,6 +112,14 @@ type sequence struct {
 	// of it, Plan.Pending included): the sequence's length as far as the
 	// position weight of its blocks is concerned (see chunks).
 	promptBlocks int
+	// tables holds, per slice, the GPU slot of each block's unit that the
+	// sequence pins, -1 for the others: its block tables, kept up to date
+	// by every operation on the sequence (see syncTables).
+	tables [][]int32
+	// compute and executed back the Compute and Executed of the
+	// sequence's plans.
+	compute  []TokenRange
+	executed []Copy
 }
 
 // priority returns the priority and duration of block i of s.
@@ -119,7 +128,7 @@ func (c *Cache) priority(s *sequence, i int) (int, time.Duration) {
 	if p == nil {
 		return eviction.DefaultPriority, 0
 	}
-	lo, hi := i*c.blockTokens, (i+1)*c.blockTokens
+	lo, hi := i*c.geom.blockTokens, (i+1)*c.geom.blockTokens
 	prio, dur, found := p.Default, p.DefaultDuration, false
 	for _, r := range p.Ranges {
 		if r.Start < hi && r.End > lo && (!found || r.Priority > prio) {
@@ -141,9 +150,6 @@ func (c *Cache) priority(s *sequence, i int) (int, time.Duration) {
 // allocBlock keeps chunks above the block's index.
 func (s *sequence) chunks(blocks int) int { return max(s.promptBlocks, blocks) }
 
-// numBlocks returns the blocks that n tokens occupy.
-func (c *Cache) numBlocks(n int) int { return (n + c.blockTokens - 1) / c.blockTokens }
-
 // lookup returns live sequence id, or an error wrapping ErrUnknownSequence.
 func (c *Cache) lookup(id SeqID) (*sequence, error) {
 	s, ok := c.seqs[id]
@@ -160,4 +166,11 @@ func (c *Cache) lookupToChange(id SeqID) (*sequence, error) {
 		return nil, c.poisoned
 	}
 	return c.lookup(id)
+}
+
+// register gives s an id and makes it live.
+func (c *Cache) register(s *sequence) {
+	s.id = c.nextSeq
+	c.nextSeq++
+	c.seqs[s.id] = s
 }

@@ -5,6 +5,20 @@ import (
 	"slices"
 )
 
+// Selection is what one model layer's sparse attention reads for one
+// sequence in one step (block-sparse attention, MoBA): for each stored KV
+// head, the token blocks of the sequence that any query head of its group
+// selected. A server whose kernel selects per query head takes the union
+// over each group (layout.Model.KVHeadOf gives a query head's KV head).
+type Selection struct {
+	// Layer is the model layer, in [0, Model.Layers).
+	Layer int
+	// Blocks[h] lists the block indices KV head h reads, in any order,
+	// duplicates allowed; len(Blocks) must be the model's stored KV heads
+	// (Model.StoredHeads: the KV heads, or 1 under MLA).
+	Blocks [][]int
+}
+
 // SparseUnit is one unit a SparseAccess touched.
 type SparseUnit struct {
 	// Block is the logical block index in the sequence; KVHead the stored
@@ -14,8 +28,9 @@ type SparseUnit struct {
 	// Pool and Slot locate the unit on the GPU after the call.
 	Pool int
 	Slot int32
-	// From is where the unit was: GPU (a hit), CPU (onboarded by this call)
-	// or Dropped (a fresh slot: the server must recompute this unit's KV).
+	// From is where the unit was: GPU (a hit), a lower tier (onboarded by
+	// this call) or Dropped (a fresh slot: the server must recompute this
+	// unit's KV).
 	From Tier
 }
 
@@ -24,53 +39,51 @@ type SparseUnit struct {
 type SparseResult struct {
 	// Units lists the touched units, by slice then block.
 	Units []SparseUnit
-	// Hits counts units already on the GPU; Misses the others, of which
-	// Onboarded were copied from the CPU and Recompute got fresh slots
-	// (Stats.RecomputedTokens counts their blocks' tokens).
-	Hits, Misses, Onboarded, Recompute int
+	// Counts says what happened to them, in the words of Plan: Hits,
+	// Onboarded, Computed (restored units the server recomputes;
+	// Stats.RecomputedTokens counts their blocks' tokens), and the victims
+	// Offloaded and Dropped to make room.
+	Counts
 	// BytesRead is the bytes of every touched unit: what attention reads.
 	BytesRead int64
-	// BytesOnboarded is the bytes copied from the CPU.
+	// BytesOnboarded is the bytes copied to the GPU from lower tiers.
 	BytesOnboarded int64
-	// OffloadedUnits and DroppedUnits count the victims evicted for room.
-	OffloadedUnits, DroppedUnits int
-	// Copies is the batch handed to the Mover.
-	Copies []Copy
+	// Executed is the batch of copies handed to the Mover.
+	Executed []Copy
 }
 
 func (r *SparseResult) reset() {
-	units, copies := r.Units[:0], r.Copies[:0]
-	*r = SparseResult{Units: units, Copies: copies}
+	units, copies := r.Units[:0], r.Executed[:0]
+	*r = SparseResult{Units: units, Executed: copies}
 }
 
 // SparseAccess answers, for one model layer of sequence id, which units the
-// blocks selected by each query head touch, and brings the missing ones to
-// the GPU. heads[q] lists the token blocks query head q selected (block
-// indices of the sequence, duplicates allowed); a head reads its KV head's
-// unit (BSA) or its layer's unit (other layouts). Blocks wholly before a
+// blocks sel selects touch, and brings the missing ones to the GPU: KV head
+// h reads its unit of each block of sel.Blocks[h] (BSA), or its layer's
+// unit (other layouts, whose units hold every head). Blocks wholly before a
 // sliding window are not touched.
 //
-// Touched units on the CPU are onboarded, dropped ones get fresh slots (the
-// server recomputes them), evicting others as needed. A restored unit
+// Touched units on a lower tier are onboarded, dropped ones get fresh slots
+// (the server recomputes them), evicting others as needed. A restored unit
 // (SparseUnit.From Dropped) of a block other sequences share is visible to
 // them at once: the server must write it with the layer's kernel of this
 // step, before any of them reads it (as a forward pass writes a layer's KV
 // before its attention reads it). The sequence's next SparseAccess, Append
 // or Commit declares those writes done; a sequence that ends (Release,
 // Abort) before that drops the units it alone still holds again, so a
-// restore that never ran is never served. All touched units are
-// pinned for the layer's attention: until the sequence's next SparseAccess
-// (of any layer: it replaces these pins), Append, Truncate or Release,
-// which unpins them from the last block to the first (tail first, like
-// Release). So the GPU needs to hold one layer's selection per sequence,
-// not a whole step's: a server runs, for each layer, SparseAccess for every
-// sequence of the batch and then the layer's kernel. res is overwritten.
+// restore that never ran is never served. All touched units are pinned for
+// the layer's attention: until the sequence's next SparseAccess (of any
+// layer: it replaces these pins), Append, Truncate or Release, which unpins
+// them from the last block to the first (tail first, like Release). So the
+// GPU needs to hold one layer's selection per sequence, not a whole
+// step's: a server runs, for each layer, SparseAccess for every sequence of
+// the batch and then the layer's kernel. res is overwritten.
 //
 // It returns an error wrapping ErrUnknownSequence, ErrInvalidRequest
-// (len(heads) is not the model's query heads, or res is nil), ErrOutOfRange
-// (bad layer or block), ErrNoSpace or ErrCopyFailed; nothing is then changed
-// and the previous pins stay.
-func (c *Cache) SparseAccess(id SeqID, layer int, heads [][]int64, res *SparseResult) (err error) {
+// (len(sel.Blocks) is not the model's stored KV heads, or res is nil),
+// ErrOutOfRange (bad layer or block), ErrNoSpace or ErrCopyFailed; nothing
+// is then changed and the previous pins stay.
+func (c *Cache) SparseAccess(id SeqID, sel Selection, res *SparseResult) (err error) {
 	if err := c.lock("SparseAccess"); err != nil {
 		return err
 	}
@@ -79,23 +92,23 @@ func (c *Cache) SparseAccess(id SeqID, layer int, heads [][]int64, res *SparseRe
 	if err != nil {
 		return err
 	}
-	if layer < 0 || layer >= c.layers {
-		return fmt.Errorf("%w: layer %d not in [0, %d)", ErrOutOfRange, layer, c.layers)
+	g := c.geom
+	if sel.Layer < 0 || sel.Layer >= g.layers {
+		return fmt.Errorf("%w: layer %d not in [0, %d)", ErrOutOfRange, sel.Layer, g.layers)
 	}
-	if len(heads) != c.queryHeads {
-		return fmt.Errorf("%w: %d query heads selected, model has %d", ErrInvalidRequest, len(heads), c.queryHeads)
+	if len(sel.Blocks) != g.storedHeads {
+		return fmt.Errorf("%w: %d KV heads selected, the model stores %d", ErrInvalidRequest, len(sel.Blocks), g.storedHeads)
 	}
 	if res == nil {
 		return fmt.Errorf("%w: nil SparseResult", ErrInvalidRequest)
 	}
-	nb := int64(len(s.blocks))
-	kv := int(c.layerKV[layer])
-	B := c.blockTokens
+	nb := len(s.blocks)
+	kv := int(g.layerKV[sel.Layer])
+	B := g.blockTokens
 	keys := c.scratch.units[:0]
-	for q, blocks := range heads {
-		h := q / c.headGroup
-		sl := c.sliceFor[kv*c.storedHeads+h]
-		w := c.pools[c.slicePool[sl]].window
+	for h, blocks := range sel.Blocks {
+		sl := g.sliceFor[kv*g.storedHeads+h]
+		w := g.pools[g.slicePool[sl]].window
 		from := 0
 		if w > 0 && len(s.tokens) > w {
 			from = (len(s.tokens) - w) / B
@@ -103,9 +116,9 @@ func (c *Cache) SparseAccess(id SeqID, layer int, heads [][]int64, res *SparseRe
 		for _, b := range blocks {
 			if b < 0 || b >= nb {
 				c.scratch.units = keys[:0]
-				return fmt.Errorf("%w: layer %d query head %d selects block %d, sequence has %d", ErrOutOfRange, layer, q, b, nb)
+				return fmt.Errorf("%w: layer %d KV head %d selects block %d, sequence has %d", ErrOutOfRange, sel.Layer, h, b, nb)
 			}
-			if int(b) < from {
+			if b < from {
 				continue
 			}
 			keys = append(keys, UnitID(uint64(sl)<<32|uint64(b)))
@@ -115,17 +128,17 @@ func (c *Cache) SparseAccess(id SeqID, layer int, heads [][]int64, res *SparseRe
 	keys = slices.Compact(keys)
 	c.scratch.units = keys
 	res.reset()
-	c.tx.reset()
-	c.tx.seq = s
+	c.begin(s)
 	c.queueStepUnpins(s)
 	for _, k := range keys {
 		sl, b := int(k>>32), int(uint32(k))
-		c.addNeed(c.unit(s.blocks[b], sl))
+		c.addNeed(c.units.id(s.blocks[b], sl))
 	}
-	if err := c.runTxn(); err != nil {
+	if err := c.execute(); err != nil {
 		return err
 	}
-	c.countAccess()
+	c.countLookups()
+	res.Counts = c.countUnits()
 	recomputed := c.scratch.fresh[:0]
 	pins := s.stepPins[:0]
 	// The previous call's restores were written by that layer's kernel.
@@ -133,26 +146,21 @@ func (c *Cache) SparseAccess(id SeqID, layer int, heads [][]int64, res *SparseRe
 	for i, k := range keys {
 		n := &c.tx.needs[i]
 		sl, b := int(k>>32), int(uint32(k))
-		p := int(c.slicePool[sl])
-		ub := c.pools[p].unitBytes
+		p := g.poolOfSlice(sl)
+		ub := g.pools[p].unitBytes
 		from := GPU
 		switch n.act {
 		case actHit:
-			res.Hits++
 		case actOnboard:
-			from = CPU
-			res.Misses++
-			res.Onboarded++
+			from = n.from
 			res.BytesOnboarded += ub
 		default:
 			from = Dropped
-			res.Misses++
-			res.Recompute++
 			recomputed = append(recomputed, b)
 			s.restored = append(s.restored, n.u)
 		}
 		res.BytesRead += ub
-		res.Units = append(res.Units, SparseUnit{Block: b, KVHead: c.sliceHead[sl], Slice: sl, Pool: p, Slot: n.slot, From: from})
+		res.Units = append(res.Units, SparseUnit{Block: b, KVHead: int(g.sliceHead[sl]), Slice: sl, Pool: p, Slot: n.slot, From: from})
 		pins = append(pins, n.u)
 	}
 	s.stepPins = pins
@@ -165,15 +173,7 @@ func (c *Cache) SparseAccess(id SeqID, layer int, heads [][]int64, res *SparseRe
 		c.st.recomputed += int64(min((b+1)*B, len(s.tokens)) - b*B)
 	}
 	c.scratch.fresh = recomputed
-	for _, v := range c.tx.gpuVictims {
-		if v.to >= 0 {
-			res.OffloadedUnits++
-		} else {
-			res.DroppedUnits++
-		}
-	}
-	res.DroppedUnits += len(c.tx.cpuVictims)
-	res.Copies = append(res.Copies, c.tx.batch...)
-	c.collectPending()
+	res.Executed = append(res.Executed, c.tx.batch...)
+	c.syncTables(s)
 	return nil
 }

@@ -6,7 +6,6 @@ type counters struct {
 	bytesMoved                 int64
 	recomputed                 int64
 	stored, removed            uint64
-	retiredRecords             uint64
 	aborted                    uint64
 	pruned                     uint64
 }
@@ -14,23 +13,27 @@ type counters struct {
 // TierStats describes one tier, summed over its pools. Slots are unit slots:
 // Capacity = Free + Pinned + Cached.
 type TierStats struct {
+	// Name is the tier's name (TierConfig.Name).
+	Name string
 	// Capacity, Free, Pinned and Cached count slots: all of them, the free
 	// ones, those holding a pinned unit and those holding an evictable
-	// cached unit.
+	// cached unit. Only the GPU pins units between operations.
 	Capacity, Free, Pinned, Cached int64
 	// CapacityBytes, FreeBytes, PinnedBytes and CachedBytes are the same in
 	// bytes.
 	CapacityBytes, FreeBytes, PinnedBytes, CachedBytes int64
-	// Hits and Misses count unit lookups. GPU: a unit a sequence needed was
-	// on the GPU, or not. CPU: a unit missing from the GPU was onboarded
-	// from the CPU, or not (dropped, never cached, or on the CPU in a
-	// block that is recomputed anyway, whose CPU copy is released rather
-	// than copied back), so CPU Hits + Misses = GPU Misses. Lookups are
-	// those of Acquire (dense) and SparseAccess.
+	// Hits and Misses count unit lookups (those of a dense Acquire and of
+	// SparseAccess): a unit a sequence needed was on this tier, or not,
+	// among the lookups that reached it. The GPU sees every lookup; tier t
+	// below it sees the misses of tier t-1, so its Hits + Misses equal
+	// them. A unit found below but in a block that is recomputed anyway
+	// (its copy is released, not loaded) is a miss on every tier.
 	Hits, Misses uint64
 	// Evictions counts the victims the tier's policies chose; Drops those
-	// of them that were dropped (a GPU victim can instead be offloaded).
+	// of them that were dropped (the others moved down a tier).
 	Evictions, Drops uint64
+	// MovedIn counts the units this tier received from the tier above.
+	MovedIn uint64
 	// Lost counts units dropped because a Mover panicked during a batch
 	// that would have written their slots: their bytes are unknown.
 	Lost uint64
@@ -46,11 +49,14 @@ func (t TierStats) HitRate() float64 {
 
 // Stats is a snapshot of the cache's counters.
 type Stats struct {
-	GPU, CPU TierStats
-	// Offloads and Onboards count units moved GPU->CPU and CPU->GPU;
-	// Copies counts copy-on-write unit copies.
+	// Tiers holds one TierStats per tier, in the order of Config.Tiers:
+	// Tiers[t-1] is tier t (see Tier).
+	Tiers []TierStats
+	// Offloads counts units moved down a tier (any tier), Onboards units
+	// copied to the GPU from a lower tier, Copies copy-on-write unit
+	// copies.
 	Offloads, Onboards, Copies uint64
-	// BytesMoved is the bytes of every offload, onboard and copy.
+	// BytesMoved is the bytes of every move down, onboard and copy.
 	BytesMoved int64
 	// RecomputedTokens counts tokens of cached blocks that requests had to
 	// recompute because a unit was dropped. Acquire, Truncate and Fork
@@ -78,7 +84,7 @@ type Stats struct {
 	BlockRecords  int
 	MetadataBytes int64
 	// Sequences is the number of live sequences; Aborted counts those
-	// ended by Abort.
+	// ended by Abort (or by a Mover's panic, see ErrCopyFailed).
 	Sequences int
 	Aborted   uint64
 	// EventsBuffered is how many events wait in the TakeEvents buffer;
@@ -89,38 +95,66 @@ type Stats struct {
 	SinkPanics     uint64
 }
 
+// Tier returns the stats of tier t, or the zero TierStats for a tier the
+// cache does not have.
+func (s Stats) Tier(t Tier) TierStats {
+	if t < GPU || int(t) > len(s.Tiers) {
+		return TierStats{}
+	}
+	return s.Tiers[t-1]
+}
+
 // Stats returns a snapshot of the counters. It takes the lock for a time
-// proportional to the number of pools, not to the cache's size. Called from
-// a policy, Mover or cost model callback, it returns the counters as they
-// were before the running operation (see ErrReentrant).
+// proportional to the number of arenas, not to the cache's size. Called
+// from a policy, Mover, Decider or cost model callback, it returns the
+// counters as they were before the running operation (see ErrReentrant).
 func (c *Cache) Stats() Stats {
 	if c.mu.TryLock() {
 		defer c.mu.Unlock()
 		return c.stats()
 	}
 	if onStack(heldCallbacks) {
-		return c.snap // this goroutine holds the lock
+		return c.snapshot() // this goroutine holds the lock
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.stats()
 }
 
+// snapshot returns a copy of c.snap that shares nothing with it.
+func (c *Cache) snapshot() Stats {
+	s := c.snap
+	s.Tiers = append([]TierStats(nil), s.Tiers...)
+	return s
+}
+
 // stats computes Stats (Cache.mu held).
 func (c *Cache) stats() Stats {
-	s := Stats{
+	var s Stats
+	c.fillStats(&s)
+	return s
+}
+
+// fillStats computes Stats into s, reusing its Tiers (Cache.mu held).
+func (c *Cache) fillStats(s *Stats) {
+	tiers := s.Tiers[:0]
+	*s = Stats{
 		Offloads: c.st.offloads, Onboards: c.st.onboards, Copies: c.st.copies,
 		BytesMoved: c.st.bytesMoved, RecomputedTokens: c.st.recomputed,
 		Stored: c.st.stored, Removed: c.st.removed, Blocks: c.tree.Len(),
 		Sequences: len(c.seqs), Aborted: c.st.aborted,
-		HollowBlocks: c.hollowCount, PrunedBlocks: c.st.pruned, BlockRecords: c.liveRecords(), MetadataBytes: c.metadataBytes(),
+		HollowBlocks: c.meta.count, PrunedBlocks: c.st.pruned, BlockRecords: c.units.live(), MetadataBytes: c.metadataBytes(),
 		EventsBuffered: c.events.n, EventsDropped: c.events.dropped, SinkPanics: c.events.panics.Load(),
 	}
-	for p := range c.pools {
-		addArena(&s.GPU, c.gpu[p], c.pools[p].unitBytes)
-		addArena(&s.CPU, c.cpu[p], c.pools[p].unitBytes)
+	for i := range c.tiers.levels {
+		l := &c.tiers.levels[i]
+		ts := TierStats{Name: l.name}
+		for p, a := range l.arenas {
+			addArena(&ts, a, c.geom.pools[p].unitBytes)
+		}
+		tiers = append(tiers, ts)
 	}
-	return s
+	s.Tiers = tiers
 }
 
 func addArena(t *TierStats, a *arena, unit int64) {
@@ -139,5 +173,6 @@ func addArena(t *TierStats, a *arena, unit int64) {
 	t.Misses += a.misses
 	t.Evictions += a.evictions
 	t.Drops += a.drops
+	t.MovedIn += a.moved
 	t.Lost += a.lost
 }

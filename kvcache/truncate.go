@@ -1,9 +1,6 @@
 package kvcache
 
-import (
-	"fmt"
-	"slices"
-)
+import "fmt"
 
 // Truncate removes the last n tokens of sequence id (speculative decoding
 // rollback) and returns the plan. Blocks past the new end are released
@@ -44,74 +41,78 @@ func (c *Cache) Truncate(id SeqID, n int) (_ Plan, err error) {
 	if n == 0 {
 		return Plan{Seq: id, Tokens: len(s.tokens)}, nil
 	}
-	B := c.blockTokens
+	c.begin(s)
+	B := c.geom.blockTokens
 	L := len(s.tokens) - n
-	nb := c.numBlocks(L)
-	newBlocks := append(c.scratch.blocks[:0], s.blocks[:nb]...)
-	c.scratch.blocks = newBlocks
+	nb := c.geom.numBlocks(L)
+	blocks := append(c.scratch.blocks[:0], s.blocks[:nb]...)
+	c.scratch.blocks = blocks
 	cowDst, cowSrc := int32(-1), int32(-1)
 	detach := false
+	same := nb
 	if L%B != 0 {
 		last := nb - 1
-		b := newBlocks[last]
-		r := &c.blocks[b]
+		b := blocks[last]
 		// A private block (refs 1) just becomes partial again.
-		if r.node != nil {
+		if r := &c.units.blocks[b]; r.node != nil {
 			if r.refs == 1 && r.node.IsLeaf() {
 				detach = true
 			} else {
 				prio, dur := c.priority(s, last)
-				cowDst = c.allocBlock(last, s.chunks(nb), prio, dur)
-				c.addRef(cowDst, s.sparse)
+				cowDst = c.newBlock(last, s.chunks(nb), prio, dur)
+				c.ref(cowDst, s.sparse)
 				cowSrc = b
-				newBlocks[last] = cowDst
+				blocks[last] = cowDst
+				same = last
 			}
 		}
 	}
-	oldWrite := s.writeFrom
-	lo, copies := c.repinRange(s, newBlocks, min(s.writeFrom, L), L%B != 0, cowDst, cowSrc)
-	c.tx.reset()
-	c.tx.seq = s
-	c.queuePinDiff(s.blocks, s.pinLo, s.pinHi, newBlocks, lo, nb, cowDst, cowSrc)
+	writeFrom := min(s.writeFrom, L)
+	lo, copies, writeFrom := c.repinRange(s, blocks, writeFrom, L%B != 0, cowDst, cowSrc)
+	for _, i := range copies {
+		same = min(same, i)
+	}
+	c.queuePins(s.span(), pinSpan{blocks: blocks, lo: lo}, same, cowDst, cowSrc)
 	c.queueStepUnpins(s)
-	if err := c.runTxn(); err != nil {
-		s.writeFrom = oldWrite
-		if cowDst >= 0 {
-			c.dropNew(cowDst)
-		}
-		for _, i := range copies {
-			c.dropNew(newBlocks[i])
-		}
+	if err := c.execute(); err != nil {
 		return Plan{}, err
 	}
 	s.stepPins = s.stepPins[:0]
 	s.restored = s.restored[:0]
 	plan := Plan{Seq: id, Tokens: L}
-	c.fillPlan(&plan)
+	c.fillPlan(&plan, s)
+	compute := s.compute[:0]
 	for _, i := range c.scratch.fresh {
 		end := min((i+1)*B, L)
-		plan.Compute = addRange(plan.Compute, i*B, end)
+		compute = addRange(compute, i*B, end)
 		plan.RecomputeTokens += end - i*B
 	}
+	s.compute = compute
+	if len(compute) > 0 {
+		plan.Compute = compute
+	}
 	c.st.recomputed += int64(plan.RecomputeTokens)
+	// The copy writes old[:nb] only: the blocks past the new end stay
+	// readable in old until they are released below.
 	old := s.blocks
-	s.blocks = slices.Clone(newBlocks)
+	s.blocks = append(s.blocks[:0], blocks...)
 	s.tokens = s.tokens[:L]
 	s.pinLo = append(s.pinLo[:0], lo...)
-	s.pinHi = nb
+	s.writeFrom = writeFrom
 	s.firstPrivate = min(s.firstPrivate, L/B)
 	for _, i := range copies {
 		s.firstPrivate = min(s.firstPrivate, i)
 	}
+	c.syncTables(s)
 	if L%B != 0 {
 		b := s.blocks[nb-1]
 		if detach {
 			c.emitBlock(BlockRemoved, b)
-			if err := c.tree.Remove(c.blocks[b].node); err == nil {
+			if err := c.tree.Remove(c.units.blocks[b].node); err == nil {
 				c.st.removed++
 			}
-			c.blocks[b].node = nil
-		} else if r := &c.blocks[b]; r.node == nil {
+			c.units.blocks[b].node = nil
+		} else if r := &c.units.blocks[b]; r.node == nil {
 			// A partial block is never committed: it leaves the index of
 			// blocks being written and a recompute copy's twin.
 			c.unindexWriting(b)
@@ -128,36 +129,36 @@ func (c *Cache) Truncate(id SeqID, n int) (_ Plan, err error) {
 	if cowSrc >= 0 {
 		c.unref(cowSrc, s.sparse)
 	}
-	c.collectPending()
 	return plan, nil
 }
 
-// repinRange sets s.writeFrom and returns the pin range (first block per
-// pool) of a Truncate that leaves newBlocks (the last one partial when
-// partial is set; cowDst, if any, copied from cowSrc), and the indices of
-// the blocks it replaced in newBlocks by recompute copies. Starting from writing at
-// token from, every committed block that the range pins newly and that
-// lacks a unit's bytes there is recomputed into a private copy; the first
-// token the server then computes moves back to that block, so the range
-// grows in every pool to cover the window of that token, which may pin
-// more blocks; it stops when nothing more is recomputed before from.
-func (c *Cache) repinRange(s *sequence, newBlocks []int32, from int, partial bool, cowDst, cowSrc int32) ([]int32, []int) {
-	B := c.blockTokens
+// repinRange returns the pin starts (per pool) of a Truncate that leaves
+// blocks (the last one partial when partial is set; cowDst, if any,
+// copied from cowSrc), the indices of the blocks it replaced in blocks by
+// recompute copies (allocated for the running transaction), and the first
+// token the server then writes. Starting from writing at token from, every
+// committed block that the range pins newly and that lacks a unit's bytes
+// there is recomputed into a private copy; the first token to compute then
+// moves back to that block, so the range grows in every pool to cover the
+// window of that token, which may pin more blocks; it stops when nothing
+// more is recomputed before from.
+func (c *Cache) repinRange(s *sequence, blocks []int32, from int, partial bool, cowDst, cowSrc int32) ([]int32, []int, int) {
+	B := c.geom.blockTokens
 	copies := c.scratch.copies[:0]
 	pools := c.scratch.pools[:0]
-	for range c.pools {
+	for range c.geom.pools {
 		pools = append(pools, false)
 	}
 	c.scratch.pools = pools
+	span := s.span()
 	for {
-		s.writeFrom = from
-		lo := c.wantLo(c.scratch.lo, s)
+		lo := c.wantLo(c.scratch.lo, s.sparse, from)
 		c.scratch.lo = lo
-		first := len(newBlocks)
-		for i, b := range newBlocks {
-			for p := range c.pools {
+		first := len(blocks)
+		for i, b := range blocks {
+			for p := range c.geom.pools {
 				// Units the sequence pins already need nothing.
-				pools[p] = i >= int(lo[p]) && !(i < len(s.blocks) && s.blocks[i] == b && i >= int(s.pinLo[p]) && i < s.pinHi)
+				pools[p] = i >= int(lo[p]) && !(span.pins(i, p) && s.blocks[i] == b)
 			}
 			if b == cowDst {
 				// Filled by copying cowSrc, unless a unit to copy has
@@ -170,8 +171,8 @@ func (c *Cache) repinRange(s *sequence, newBlocks []int32, from int, partial boo
 			if !c.lacksBytes(b, pools) {
 				continue
 			}
-			if c.blocks[b].node != nil && !(partial && i == len(newBlocks)-1) {
-				newBlocks[i] = c.recomputeCopy(b, s.sparse)
+			if c.units.blocks[b].node != nil && !(partial && i == len(blocks)-1) {
+				blocks[i] = c.recomputeCopy(b, s.sparse)
 				copies = append(copies, i)
 			}
 			// A private block's missing units get fresh slots, and so do
@@ -182,91 +183,8 @@ func (c *Cache) repinRange(s *sequence, newBlocks []int32, from int, partial boo
 		}
 		if first*B >= from {
 			c.scratch.copies = copies
-			return lo, copies
+			return lo, copies, from
 		}
 		from = first * B
 	}
-}
-
-// Fork starts a new sequence that shares every full block of sequence id
-// (parallel sampling, beam search) and gets a copy of its partial block
-// (copy-on-write, executed now through the Mover). The child has the
-// parent's tokens, keys, priorities and mode. Since the copy reads the
-// parent's KV now, calling Fork declares it written: Fork first commits
-// the parent's tokens, as Append does (and that commit stays if the Fork
-// then fails).
-//
-// It returns an error wrapping ErrUnknownSequence, ErrNoSpace or
-// ErrCopyFailed; nothing is then created.
-func (c *Cache) Fork(id SeqID) (_ Plan, err error) {
-	if err := c.lock("Fork"); err != nil {
-		return Plan{}, err
-	}
-	defer c.unlock(&err)
-	s, err := c.lookupToChange(id)
-	if err != nil {
-		return Plan{}, err
-	}
-	// Fork copies the partial block now: its KV, and everything before
-	// it, is written, and the child shares only committed blocks.
-	c.commitThrough(s, len(s.tokens))
-	if c.poisoned != nil {
-		return Plan{}, c.poisoned // a merge met a policy that broke its contract
-	}
-	B := c.blockTokens
-	child := &sequence{
-		keys:         s.keys,
-		extra:        slices.Clone(s.extra),
-		tokens:       slices.Clone(s.tokens),
-		blocks:       slices.Clone(s.blocks),
-		sparse:       s.sparse,
-		prio:         s.prio,
-		writeFrom:    s.writeFrom,
-		promptBlocks: s.promptBlocks,
-	}
-	nb := len(child.blocks)
-	cowDst, cowSrc := int32(-1), int32(-1)
-	full := len(s.tokens) / B
-	for i := range full {
-		c.addRef(child.blocks[i], child.sparse)
-	}
-	if full < nb {
-		prio, dur := c.priority(s, full)
-		cowSrc = child.blocks[full]
-		cowDst = c.allocBlock(full, s.chunks(nb), prio, dur)
-		c.addRef(cowDst, child.sparse)
-		child.blocks[full] = cowDst
-	}
-	lo := c.wantLo(nil, child)
-	c.tx.reset()
-	c.queuePinDiff(nil, nil, 0, child.blocks, lo, nb, cowDst, cowSrc)
-	if err := c.runTxn(); err != nil {
-		for i := range full {
-			r := &c.blocks[child.blocks[i]]
-			r.refs--
-			if child.sparse {
-				r.sparseRefs--
-			}
-		}
-		if cowDst >= 0 {
-			c.dropNew(cowDst)
-		}
-		return Plan{}, err
-	}
-	plan := Plan{Tokens: len(child.tokens)}
-	c.fillPlan(&plan)
-	for _, i := range c.scratch.fresh {
-		end := min((i+1)*B, len(child.tokens))
-		plan.Compute = addRange(plan.Compute, i*B, end)
-		plan.RecomputeTokens += end - i*B
-	}
-	c.st.recomputed += int64(plan.RecomputeTokens)
-	plan.HitUnits = 0 // shared units are not cache hits, just more pins
-	child.pinLo = lo
-	child.pinHi = nb
-	child.firstPrivate = full
-	c.register(child)
-	c.collectPending()
-	plan.Seq = child.id
-	return plan, nil
 }

@@ -36,7 +36,7 @@ func TestUnitIDNamesOneBlock(t *testing.T) {
 			l := tinyLayout(t, layout.AllLayers, nil) // one unit per block
 			var logs []*insertLog
 			factory := func(info PoolInfo) (eviction.Policy[UnitID], error) {
-				p, err := S3FIFOFactory(eviction.S3FIFOConfig{})(info)
+				p, err := S3FIFOPolicy(eviction.S3FIFOConfig{})(info)
 				if err != nil {
 					return nil, err
 				}
@@ -44,7 +44,7 @@ func TestUnitIDNamesOneBlock(t *testing.T) {
 				logs = append(logs, lg)
 				return lg, nil
 			}
-			c, err := New(Config{Layout: l, GPU: Capacity{Units: 20}, CPU: cpu, GPUPolicy: factory, CPUPolicy: factory})
+			c, err := New(Config{Layout: l, Tiers: tiersOf(Capacity{Units: 20}, cpu, factory, factory)})
 			require.NoError(t, err)
 			for i := range 400 {
 				// One-block prompts that never repeat.
@@ -69,12 +69,12 @@ func TestUnitIDNamesOneBlock(t *testing.T) {
 func TestUnitIDOfAFreedBlockIsStale(t *testing.T) {
 	l := tinyLayout(t, layout.AllLayers, nil)
 	factory, lying := tierPolicy(GPU, newLying)
-	c, err := New(Config{Layout: l, GPU: Capacity{Units: 2}, GPUPolicy: factory})
+	c, err := New(Config{Layout: l, Tiers: tiersOf(Capacity{Units: 2}, Capacity{}, factory, nil)})
 	require.NoError(t, err)
 	a, err := c.Acquire(Request{Tokens: seqTokens(4, 0)})
 	require.NoError(t, err)
 	c.mu.Lock()
-	old := c.unit(c.seqs[a.Seq].blocks[0], 0)
+	old := c.units.id(c.seqs[a.Seq].blocks[0], 0)
 	c.mu.Unlock()
 	finish(t, c, a.Seq)
 	require.NoError(t, c.Clear()) // the record is free; the next block reuses it
@@ -82,7 +82,7 @@ func TestUnitIDOfAFreedBlockIsStale(t *testing.T) {
 	require.NoError(t, err)
 	finish(t, c, b.Seq)
 	c.mu.Lock()
-	require.NotEqual(t, old, c.unit(c.blocks[0].node.Value, 0), "a reused record gets a new UnitID")
+	require.NotEqual(t, old, c.units.id(c.units.blocks[0].node.Value, 0), "a reused record gets a new UnitID")
 	c.mu.Unlock()
 	_, err = c.Acquire(Request{Tokens: seqTokens(4, 200)})
 	require.NoError(t, err)

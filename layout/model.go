@@ -210,6 +210,25 @@ func (m Model) KVLayerOf(layer int) (int, error) {
 	return layer / m.claFactor(), nil
 }
 
+// KVHeadOf returns the stored head that query head q reads:
+// q / (QueryHeads/KVHeads) with the usual contiguous grouping, or 0 under
+// MLA, whose one latent per token serves every head. It returns an error
+// matching ErrOutOfRange unless 0 <= q < QueryHeads, and ErrInvalidModel
+// when the head counts do not group (KVHeads not a positive divisor of
+// QueryHeads).
+func (m Model) KVHeadOf(q int) (int, error) {
+	if q < 0 || q >= m.QueryHeads {
+		return 0, fmt.Errorf("%w: query head %d not in [0, %d)", ErrOutOfRange, q, m.QueryHeads)
+	}
+	if m.KVHeads <= 0 || m.QueryHeads%m.KVHeads != 0 {
+		return 0, fmt.Errorf("%w: %d query heads do not group over %d KV heads", ErrInvalidModel, m.QueryHeads, m.KVHeads)
+	}
+	if m.IsMLA() {
+		return 0, nil
+	}
+	return q / (m.QueryHeads / m.KVHeads), nil
+}
+
 // ServedLayers returns the model layers that read KV layer kvLayer: count
 // consecutive layers starting at first. It returns an error matching
 // ErrOutOfRange unless 0 <= kvLayer < KVLayers().

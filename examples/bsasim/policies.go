@@ -20,6 +20,9 @@ var retentionCost = costmodel.Recompute{Alpha: 0.001, Beta: 0.01, NonAttention: 
 type policy struct {
 	name    string
 	factory kvcache.PolicyFactory
+	// recompute is the cache's Config.Recompute (retention prices units
+	// with it).
+	recompute *costmodel.Recompute
 	// priorities, when not nil, are given to every sequence (prio-lru).
 	priorities *kvcache.Priorities
 }
@@ -28,25 +31,25 @@ type policy struct {
 func policyFor(name string, cfg *config) (policy, error) {
 	switch name {
 	case "lru":
-		return policy{name: name, factory: kvcache.LRUFactory}, nil
+		return policy{name: name, factory: kvcache.LRUPolicy()}, nil
 	case "fifo":
-		return policy{name: name, factory: kvcache.FIFOFactory}, nil
+		return policy{name: name, factory: kvcache.FIFOPolicy()}, nil
 	case "s3fifo":
 		// libCacheSim's parameters; kvcache reports every GPU hit with
 		// Access, which is what S3-FIFO's hit counters need.
-		return policy{name: name, factory: kvcache.S3FIFOFactory(eviction.S3FIFOConfig{})}, nil
+		return policy{name: name, factory: kvcache.S3FIFOPolicy(eviction.S3FIFOConfig{})}, nil
 	case "prio-lru":
 		// The first MoBA block holds the attention sinks (the first
 		// tokens every head attends to in practice), so it is the block
 		// an operator would protect, as TensorRT-LLM's retention config
 		// protects a system prompt. Every other block keeps the default
 		// priority, with no time limit.
-		return policy{name: name, factory: kvcache.PrioritizedLRUFactory, priorities: &kvcache.Priorities{
+		return policy{name: name, factory: kvcache.PrioritizedLRUPolicy(), priorities: &kvcache.Priorities{
 			Default: eviction.DefaultPriority,
 			Ranges:  []kvcache.PriorityRange{{Start: 0, End: cfg.blockTokens, Priority: cfg.sinkPriority}},
 		}}, nil
 	case "retention":
-		return policy{name: name, factory: kvcache.RetentionFactory(retentionCost)}, nil
+		return policy{name: name, factory: kvcache.RetentionPolicy(), recompute: &retentionCost}, nil
 	}
 	return policy{}, fmt.Errorf("%w: unknown policy %q", errUsage, name)
 }

@@ -98,6 +98,7 @@ func simulate(j job, w *workload, cfg *config) (result, error) {
 	}
 	unitTokens := j.lay.TokensPerUnit()
 	heads := make([][]int64, w.heads)
+	sel := kvcache.Selection{Blocks: make([][]int, j.lay.Model().StoredHeads())}
 	// Token i of a sequence is i: the sequences never share a block
 	// anyway, each runs in its own cache.
 	prompt := make([]uint32, cfg.prompt())
@@ -111,7 +112,9 @@ func simulate(j job, w *workload, cfg *config) (result, error) {
 		// Policies that read time see one tick per cache call: the
 		// clock only orders events, its scale does not matter.
 		clock := &eviction.ManualClock{}
-		c, err := kvcache.New(kvcache.Config{Layout: j.lay, GPU: gpu, CPU: cpu, GPUPolicy: j.pol.factory, Clock: clock})
+		tiers := kvcache.GPUAndCPU(gpu, cpu)
+		tiers[0].Policy = j.pol.factory
+		c, err := kvcache.New(kvcache.Config{Layout: j.lay, Tiers: tiers, Recompute: j.pol.recompute, Clock: clock})
 		if err != nil {
 			return result{}, err
 		}
@@ -142,17 +145,20 @@ func simulate(j job, w *workload, cfg *config) (result, error) {
 			units := 0
 			for l := range w.layers {
 				heads = w.fillHeads(heads, s, t, l, unitTokens)
+				if err := byKVHead(&sel, j.lay.Model(), l, heads); err != nil {
+					return result{}, err
+				}
 				clock.Advance(time.Microsecond)
-				if err := c.SparseAccess(id, l, heads, &res); err != nil {
+				if err := c.SparseAccess(id, sel, &res); err != nil {
 					return result{}, fmt.Errorf("decode step %d layer %d of sequence %d: %w", t, l, s, err)
 				}
 				hits += int64(res.Hits)
-				misses += int64(res.Misses)
-				r.Recomputed += int64(res.Recompute)
+				misses += int64(res.Onboarded + res.Computed)
+				r.Recomputed += int64(res.Computed)
 				units += len(res.Units)
 				bytesRead += res.BytesRead
 				bytesOnboard += res.BytesOnboarded
-				bytesOffload += int64(res.OffloadedUnits) * unitBytes
+				bytesOffload += int64(res.Offloaded) * unitBytes
 			}
 			r.stepUnits = append(r.stepUnits, units)
 			r.MaxUnitsPerStep = max(r.MaxUnitsPerStep, units)
@@ -233,4 +239,24 @@ func runAll(jobs []job, w *workload, cfg *config) ([]result, error) {
 		}
 		return r, nil
 	})
+}
+
+// byKVHead fills sel with layer's selection of heads (per query head, in
+// units) grouped by the KV head each query head reads, reusing sel's
+// slices: what one layer's kernel reads through each KV head.
+func byKVHead(sel *kvcache.Selection, m layout.Model, layer int, heads [][]int64) error {
+	sel.Layer = layer
+	for h := range sel.Blocks {
+		sel.Blocks[h] = sel.Blocks[h][:0]
+	}
+	for q, blocks := range heads {
+		h, err := m.KVHeadOf(q)
+		if err != nil {
+			return err
+		}
+		for _, b := range blocks {
+			sel.Blocks[h] = append(sel.Blocks[h], int(b))
+		}
+	}
+	return nil
 }

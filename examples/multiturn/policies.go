@@ -30,18 +30,29 @@ type policy struct {
 // policies returns the policies in report order; lru is the baseline.
 func policies() []policy {
 	return []policy{
-		{name: "lru", factory: func(_, _ float64) kvcache.PolicyFactory { return kvcache.LRUFactory }},
-		{name: "prio-lru", priorities: true, factory: func(_, _ float64) kvcache.PolicyFactory { return kvcache.PrioritizedLRUFactory }},
+		{name: "lru", factory: func(_, _ float64) kvcache.PolicyFactory { return kvcache.LRUPolicy() }},
+		{name: "prio-lru", priorities: true, factory: func(_, _ float64) kvcache.PolicyFactory { return kvcache.PrioritizedLRUPolicy() }},
 		{name: "s3fifo", factory: func(_, _ float64) kvcache.PolicyFactory {
-			return kvcache.S3FIFOFactory(eviction.S3FIFOConfig{}) // libCacheSim defaults
+			return kvcache.S3FIFOPolicy(eviction.S3FIFOConfig{}) // libCacheSim defaults
 		}},
 		{name: "retention-seed", factory: func(a, b float64) kvcache.PolicyFactory {
 			// Nil weights are the seed's layer and position weights.
-			return kvcache.RetentionFactory(costmodel.Recompute{Alpha: a, Beta: b})
+			return retention(costmodel.Recompute{Alpha: a, Beta: b})
 		}},
 		{name: "retention-flat", factory: func(a, b float64) kvcache.PolicyFactory {
-			return kvcache.RetentionFactory(costmodel.Recompute{Alpha: a, Beta: b, LayerWeight: costmodel.Flat, PositionWeight: costmodel.Flat})
+			return retention(costmodel.Recompute{Alpha: a, Beta: b, LayerWeight: costmodel.Flat, PositionWeight: costmodel.Flat})
 		}},
+	}
+}
+
+// retention returns a factory of retention policies priced by r. The
+// cache's own cost (Config.Recompute, which kvcache.RetentionPolicy would
+// read) prices the offload-or-drop decision with the weights of
+// -decide-weights, so that every policy row is compared under the same
+// decision; the retention rows price their victims their own way.
+func retention(r costmodel.Recompute) kvcache.PolicyFactory {
+	return func(info kvcache.PoolInfo) (eviction.Policy[kvcache.UnitID], error) {
+		return eviction.NewRetention[kvcache.UnitID](info.Clock, r)
 	}
 }
 

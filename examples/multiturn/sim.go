@@ -136,17 +136,17 @@ func newLayout(c config) (*layout.Layout, error) {
 	return layout.New(models()[c.Model].model, layout.PagedLayer, c.BlockTokens)
 }
 
-// decideModel is the cost model the cache uses to choose offload or drop for
+// decideModel is the recompute cost the cache uses to choose offload or drop for
 // a GPU victim. The same coefficients as the retention policies; the weights
 // follow -decide-weights (flat by default, so that every policy row faces the
 // same offload rule and differs only in its choice of victims).
-func decideModel(c config) *costmodel.Model {
+func decideModel(c config) *costmodel.Recompute {
 	alpha, beta := coefficients(c)
 	r := costmodel.Recompute{Alpha: alpha, Beta: beta}
 	if c.DecideWeights == "flat" {
 		r.LayerWeight, r.PositionWeight = costmodel.Flat, costmodel.Flat
 	}
-	return &costmodel.Model{Recompute: r, Link: costmodel.Link{BytesPerSecond: c.LinkGBps * 1e9}}
+	return &r
 }
 
 // simulate replays w under policy p with a GPU of gpuGiB and returns its row.
@@ -161,13 +161,17 @@ func simulate(c config, w *workload, p policy, gpuGiB float64) (result, error) {
 	}
 	alpha, beta := coefficients(c)
 	clock := &eviction.ManualClock{}
+	tiers := kvcache.GPUAndCPU(kvcache.Capacity{Bytes: int64(gpuGiB * gib)}, kvcache.Capacity{Bytes: int64(c.CPUGiB * gib)})
+	for i := range tiers {
+		tiers[i].Policy = p.factory(alpha, beta)
+	}
+	if len(tiers) > 1 { // no CPU tier when -cpu is 0
+		tiers[1].Link = costmodel.Link{BytesPerSecond: c.LinkGBps * 1e9}
+	}
 	cache, err := kvcache.New(kvcache.Config{
 		Layout:    l,
-		GPU:       kvcache.Capacity{Bytes: int64(gpuGiB * gib)},
-		CPU:       kvcache.Capacity{Bytes: int64(c.CPUGiB * gib)},
-		GPUPolicy: p.factory(alpha, beta),
-		CPUPolicy: p.factory(alpha, beta),
-		CostModel: decideModel(c),
+		Tiers:     tiers,
+		Recompute: decideModel(c),
 		Clock:     clock,
 		HashSeed:  c.Seed,
 	})
@@ -311,13 +315,13 @@ func (m *sim) start(e event) (bool, error) {
 		return false, fmt.Errorf("session %d turn %d: %d reused tokens are not whole %d-token blocks", e.s, st.turn, plan.ReusedTokens, b)
 	}
 	reusedUnits := plan.ReusedTokens / b * upb
-	if plan.HitUnits+plan.OnboardedUnits != reusedUnits {
+	if plan.Hits+plan.Onboarded != reusedUnits {
 		return false, fmt.Errorf("session %d turn %d: %d hit and %d onboarded units do not cover the %d units of the reused blocks exactly once",
-			e.s, st.turn, plan.HitUnits, plan.OnboardedUnits, reusedUnits)
+			e.s, st.turn, plan.Hits, plan.Onboarded, reusedUnits)
 	}
 
 	comp := m.costs.computeSeconds(plan.Compute)
-	onb, err := m.costs.onboardSeconds(m.costs.onboardBytes(plan.Copies))
+	onb, err := m.costs.onboardSeconds(m.costs.onboardBytes(plan.Executed))
 	if err != nil {
 		return false, err
 	}
@@ -388,7 +392,7 @@ func (m *sim) finish() {
 	r := &m.res
 	st := m.cache.Stats()
 	r.Offloads, r.Onboards = st.Offloads, st.Onboards
-	r.GPUDrops, r.CPUDrops = st.GPU.Drops, st.CPU.Drops
+	r.GPUDrops, r.CPUDrops = st.Tier(kvcache.GPU).Drops, st.Tier(kvcache.CPU).Drops
 	r.Drops = r.GPUDrops + r.CPUDrops
 	r.BytesMoved = st.BytesMoved
 	r.cacheRecomputed = st.RecomputedTokens

@@ -26,19 +26,20 @@ func retentionCost(alpha, beta float64) costmodel.Recompute {
 	return costmodel.Recompute{Alpha: alpha, Beta: beta, LayerWeight: costmodel.Flat, PositionWeight: costmodel.Flat}
 }
 
-// policyFactory returns the GPU policy factory named name.
-func policyFactory(name string, cost costmodel.Recompute) (kvcache.PolicyFactory, error) {
+// policyFactory returns the GPU policy factory named name (retention
+// prices blocks with the cache's Config.Recompute).
+func policyFactory(name string) (kvcache.PolicyFactory, error) {
 	switch name {
 	case "lru":
-		return kvcache.LRUFactory, nil
+		return kvcache.LRUPolicy(), nil
 	case "fifo":
-		return kvcache.FIFOFactory, nil
+		return kvcache.FIFOPolicy(), nil
 	case "s3fifo":
-		return kvcache.S3FIFOFactory(eviction.S3FIFOConfig{}), nil
+		return kvcache.S3FIFOPolicy(eviction.S3FIFOConfig{}), nil
 	case "plru":
-		return kvcache.PrioritizedLRUFactory, nil
+		return kvcache.PrioritizedLRUPolicy(), nil
 	case "retention":
-		return kvcache.RetentionFactory(cost), nil
+		return kvcache.RetentionPolicy(), nil
 	}
 	return nil, fmt.Errorf("unknown policy %q (want one of %s)", name, strings.Join(policyNames, ", "))
 }

@@ -74,7 +74,7 @@ func simulate(reqs []request, s setting, opt simOptions) (result, error) {
 	if units < 1 {
 		return res, fmt.Errorf("capacity %d tokens holds no %d-token block", s.capacityTokens, traceBlockTokens)
 	}
-	factory, err := policyFactory(s.policy, opt.cost)
+	factory, err := policyFactory(s.policy)
 	if err != nil {
 		return res, err
 	}
@@ -83,10 +83,11 @@ func simulate(reqs []request, s setting, opt simOptions) (result, error) {
 		return res, err
 	}
 	clock := &eviction.ManualClock{}
+	cost := opt.cost
 	c, err := kvcache.New(kvcache.Config{
 		Layout:    l,
-		GPU:       kvcache.Capacity{Units: units},
-		GPUPolicy: factory,
+		Tiers:     []kvcache.TierConfig{{Name: "GPU", Capacity: kvcache.Capacity{Units: units}, Policy: factory}},
+		Recompute: &cost,
 		Clock:     clock,
 		HashSeed:  opt.seed,
 	})
@@ -141,11 +142,11 @@ func simulate(reqs []request, s setting, opt simOptions) (result, error) {
 // or computed (fresh or recomputed); the plan must say so, or the replay's
 // accounting would be wrong.
 func planHits(p kvcache.Plan, n int) (int, error) {
-	if p.HitUnits+p.FreshUnits != n || p.OnboardedUnits != 0 || p.ReusedTokens != p.HitUnits*traceBlockTokens {
+	if p.Hits+p.Computed != n || p.Onboarded != 0 || p.ReusedTokens != p.Hits*traceBlockTokens {
 		return 0, fmt.Errorf("plan of %d blocks does not add up: %d hit, %d fresh, %d onboarded, %d reused tokens",
-			n, p.HitUnits, p.FreshUnits, p.OnboardedUnits, p.ReusedTokens)
+			n, p.Hits, p.Computed, p.Onboarded, p.ReusedTokens)
 	}
-	return p.HitUnits, nil
+	return p.Hits, nil
 }
 
 // lastBlockHit reports whether the last of n blocks needs no compute:

@@ -28,12 +28,12 @@ func run(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	gpu, cpu := kvcache.Capacity{Units: 4}, kvcache.Capacity{Units: 8}
-	store, err := kvcache.NewMemoryStore(l, gpu, cpu) // the "device memory" the cache copies in
+	tiers := kvcache.GPUAndCPU(kvcache.Capacity{Units: 4}, kvcache.Capacity{Units: 8})
+	store, err := kvcache.NewMemoryStore(l, tiers) // the "device memory" the cache copies in
 	if err != nil {
 		return err
 	}
-	c, err := kvcache.New(kvcache.Config{Layout: l, GPU: gpu, CPU: cpu, Mover: store})
+	c, err := kvcache.New(kvcache.Config{Layout: l, Tiers: tiers, Mover: store})
 	if err != nil {
 		return err
 	}
@@ -48,14 +48,14 @@ func run(w io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(w, "%s: %d tokens, reused %d (%d blocks on GPU, %d onboarded from CPU), compute %v, offloaded %d\n",
-			name, len(prompt), plan.ReusedTokens, plan.HitUnits, plan.OnboardedUnits, plan.Compute, plan.OffloadedUnits)
+			name, len(prompt), plan.ReusedTokens, plan.Hits, plan.Onboarded, plan.Compute, plan.Offloaded)
 		table, err := c.BlockTable(nil, plan.Seq, 0) // GPU slot of each block: what attention reads
 		if err != nil {
 			return err
 		}
 		for b, slot := range table {
 			kv := store.Bytes(kvcache.GPU, 0, slot)
-			if b < plan.HitUnits+plan.OnboardedUnits { // reused: the KV an earlier request wrote
+			if !computes(plan, b*16, min((b+1)*16, len(prompt))) { // reused: the KV an earlier request wrote
 				fmt.Fprintf(w, "   block %d in GPU slot %d holds %q\n", b, slot, strings.TrimRight(string(kv[:16]), "\x00"))
 			} else { // in plan.Compute: the server computes the block's KV into its slot
 				copy(kv, fmt.Sprintf("%s's block %d", name, b))
@@ -73,7 +73,19 @@ func run(w io.Writer) error {
 		}
 	}
 	st := c.Stats()
+	gpu := st.Tier(kvcache.GPU)
 	_, err = fmt.Fprintf(w, "GPU hits %d misses %d, %d offloads, %d onboards, %d bytes moved\n",
-		st.GPU.Hits, st.GPU.Misses, st.Offloads, st.Onboards, st.BytesMoved)
+		gpu.Hits, gpu.Misses, st.Offloads, st.Onboards, st.BytesMoved)
 	return err
+}
+
+// computes reports whether plan asks the server to compute a token of
+// [start, end): the tokens of a reused block are in no range of Compute.
+func computes(plan kvcache.Plan, start, end int) bool {
+	for _, r := range plan.Compute {
+		if r.Start < end && r.End > start {
+			return true
+		}
+	}
+	return false
 }

@@ -128,8 +128,9 @@ func soak(c config, policy string, report func(line) error) error {
 		maxBlocks = math.MaxInt
 	}
 	units := int64(c.gpuBlocks) * int64(l.UnitsPerBlock())
-	cache, err := kvcache.New(kvcache.Config{Layout: l, GPU: kvcache.Capacity{Units: units},
-		GPUPolicy: factory, MaxBlocks: maxBlocks, Clock: &eviction.ManualClock{}})
+	cache, err := kvcache.New(kvcache.Config{Layout: l,
+		Tiers:     []kvcache.TierConfig{{Name: "GPU", Capacity: kvcache.Capacity{Units: units}, Policy: factory}},
+		Recompute: &retentionCost, MaxBlocks: maxBlocks, Clock: &eviction.ManualClock{}})
 	if err != nil {
 		return err
 	}
@@ -172,23 +173,26 @@ func soak(c config, policy string, report func(line) error) error {
 	return nil
 }
 
+// retentionCost prices units for the retention policy (the cache's
+// Config.Recompute).
+var retentionCost = costmodel.Recompute{Alpha: 1e-6, Beta: 1e-3, LayerWeight: costmodel.Flat, PositionWeight: costmodel.Flat}
+
 // policyFactory returns the GPU policy of name and whether its prompts keep
 // their last block with priority 100.
 func policyFactory(name string) (kvcache.PolicyFactory, bool, error) {
 	switch name {
 	case "lru":
-		return kvcache.LRUFactory, false, nil
+		return kvcache.LRUPolicy(), false, nil
 	case "fifo":
-		return kvcache.FIFOFactory, false, nil
+		return kvcache.FIFOPolicy(), false, nil
 	case "plru":
-		return kvcache.PrioritizedLRUFactory, false, nil
+		return kvcache.PrioritizedLRUPolicy(), false, nil
 	case "plru-tail":
-		return kvcache.PrioritizedLRUFactory, true, nil
+		return kvcache.PrioritizedLRUPolicy(), true, nil
 	case "s3fifo":
-		return kvcache.S3FIFOFactory(eviction.S3FIFOConfig{}), false, nil
+		return kvcache.S3FIFOPolicy(eviction.S3FIFOConfig{}), false, nil
 	case "retention":
-		return kvcache.RetentionFactory(costmodel.Recompute{Alpha: 1e-6, Beta: 1e-3,
-			LayerWeight: costmodel.Flat, PositionWeight: costmodel.Flat}), false, nil
+		return kvcache.RetentionPolicy(), false, nil
 	}
 	return nil, false, fmt.Errorf("unknown policy %q", name)
 }

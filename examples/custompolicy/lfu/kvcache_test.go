@@ -19,10 +19,10 @@ func TestAsKVCachePolicy(t *testing.T) {
 	require.NoError(t, err)
 	c, err := kvcache.New(kvcache.Config{
 		Layout: l,
-		GPU:    kvcache.Capacity{Units: 8},
-		GPUPolicy: func(kvcache.PoolInfo) (eviction.Policy[kvcache.UnitID], error) {
-			return lfu.New[kvcache.UnitID](), nil
-		},
+		Tiers: []kvcache.TierConfig{{Capacity: kvcache.Capacity{Units: 8},
+			Policy: func(kvcache.PoolInfo) (eviction.Policy[kvcache.UnitID], error) {
+				return lfu.New[kvcache.UnitID](), nil
+			}}},
 	})
 	require.NoError(t, err)
 	hits := 0
@@ -30,10 +30,10 @@ func TestAsKVCachePolicy(t *testing.T) {
 		prompt := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 100 + i, 0, 0, 0} // a 2-block shared prefix, then a unique block
 		plan, err := c.Acquire(kvcache.Request{Tokens: prompt})
 		require.NoError(t, err)
-		hits += plan.HitUnits
+		hits += plan.Hits
 		require.NoError(t, c.Commit(plan.Seq, plan.Tokens)) // the prefill ran: share it
 		require.NoError(t, c.Release(plan.Seq))
-		st := c.Stats().GPU
+		st := c.Stats().Tier(kvcache.GPU)
 		require.Equal(t, st.Capacity, st.Free+st.Pinned+st.Cached)
 	}
 	assert.Equal(t, 2*39, hits, "every request after the first reuses the shared prefix")

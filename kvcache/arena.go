@@ -4,12 +4,9 @@ import (
 	"github.com/kvtier/kvtier/eviction"
 )
 
-// noUnit marks a free slot in arena.owner.
-const noUnit = ^UnitID(0)
-
-// arena is the slot memory of one (tier, pool): a fixed number of unit-sized
-// slots addressed by int32, a free-list stack, the unit each used slot
-// holds, and the policy that orders the arena's evictable units.
+// arena is the slot memory of one tier in one pool: a fixed number of
+// unit-sized slots addressed by int32, a free-list stack, the unit each used
+// slot holds, and the policy that orders the arena's evictable units.
 //
 // Counting: used = len(owner) - len(free) slots hold a unit. Outside an
 // operation every used slot's unit is tracked by the policy (tracked ==
@@ -25,10 +22,10 @@ type arena struct {
 	tracked int
 	pinned  int
 	// txPinned marks the slots whose unit the running transaction pinned
-	// in this arena while it stays resident here: CPU units being
-	// onboarded or recomputed and copy-on-write sources. Their pins live
-	// in the policy only (uPins counts GPU pins), so this is how isVictim
-	// refuses them if the policy returns one anyway.
+	// in this arena while it stays resident here: units of a lower tier
+	// being onboarded or recomputed and copy-on-write sources. Their pins
+	// live in the policy only (unitTable.pins counts GPU pins), so this is
+	// how isVictim refuses them if the policy returns one anyway.
 	txPinned []bool
 	// tellHits says whether hits are reported to the policy (see
 	// tellsHits).
@@ -47,6 +44,8 @@ type arena struct {
 
 	// counters for Stats
 	hits, misses, evictions, drops, lost uint64
+	// moved counts the units this arena received from the tier above.
+	moved uint64
 }
 
 func newArena(c *Cache, tier Tier, pool, slots int, p eviction.Policy[UnitID]) *arena {

@@ -1,0 +1,39 @@
+package kvcache
+
+import (
+	"fmt"
+
+	"github.com/kvtier/kvtier/radix"
+)
+
+// Clear forgets every cached block (an AllCleared event), like vLLM's prefix
+// cache reset. It needs an idle cache: it returns an error wrapping ErrBusy
+// while sequences are live.
+func (c *Cache) Clear() (err error) {
+	if err := c.lock("Clear"); err != nil {
+		return err
+	}
+	defer c.unlock(&err)
+	if c.poisoned != nil {
+		return c.poisoned
+	}
+	if len(c.seqs) > 0 {
+		return fmt.Errorf("%w: %d sequences", ErrBusy, len(c.seqs))
+	}
+	for b := range c.units.blocks {
+		if !c.units.blocks[b].live {
+			continue
+		}
+		for sl := range c.geom.slices {
+			c.freeUnit(c.units.id(int32(b), sl))
+		}
+	}
+	c.st.removed += uint64(c.tree.Clear(func(n *radix.Node[int32]) {
+		c.meta.unmarkHollow(&c.units, n.Value)
+		c.units.release(n.Value)
+	}))
+	if c.events.enabled() {
+		c.events.emit(Event{Kind: AllCleared})
+	}
+	return nil
+}

@@ -1,0 +1,78 @@
+package kvcache
+
+import "slices"
+
+// Fork starts a new sequence that shares every full block of sequence id
+// (parallel sampling, beam search) and gets a copy of its partial block
+// (copy-on-write, executed now through the Mover). The child has the
+// parent's tokens, keys, priorities and mode. Since the copy reads the
+// parent's KV now, calling Fork declares it written: Fork first commits
+// the parent's tokens, as Append does (and that commit stays if the Fork
+// then fails).
+//
+// It returns an error wrapping ErrUnknownSequence, ErrNoSpace or
+// ErrCopyFailed; nothing is then created.
+func (c *Cache) Fork(id SeqID) (_ Plan, err error) {
+	if err := c.lock("Fork"); err != nil {
+		return Plan{}, err
+	}
+	defer c.unlock(&err)
+	s, err := c.lookupToChange(id)
+	if err != nil {
+		return Plan{}, err
+	}
+	// Fork copies the partial block now: its KV, and everything before
+	// it, is written, and the child shares only committed blocks.
+	c.commitThrough(s, len(s.tokens))
+	if c.poisoned != nil {
+		return Plan{}, c.poisoned // a merge met a policy that broke its contract
+	}
+	c.begin(nil)
+	B := c.geom.blockTokens
+	child := &sequence{
+		keys:         s.keys,
+		extra:        slices.Clone(s.extra),
+		tokens:       slices.Clone(s.tokens),
+		blocks:       slices.Clone(s.blocks),
+		sparse:       s.sparse,
+		prio:         s.prio,
+		writeFrom:    s.writeFrom,
+		promptBlocks: s.promptBlocks,
+	}
+	nb := len(child.blocks)
+	cowDst, cowSrc := int32(-1), int32(-1)
+	full := len(s.tokens) / B
+	for i := range full {
+		c.ref(child.blocks[i], child.sparse)
+	}
+	if full < nb {
+		prio, dur := c.priority(s, full)
+		cowSrc = child.blocks[full]
+		cowDst = c.newBlock(full, s.chunks(nb), prio, dur)
+		c.ref(cowDst, child.sparse)
+		child.blocks[full] = cowDst
+	}
+	child.pinLo = c.wantLo(nil, child.sparse, child.writeFrom)
+	c.queuePins(pinSpan{}, child.span(), 0, cowDst, cowSrc)
+	if err := c.execute(); err != nil {
+		return Plan{}, err
+	}
+	child.firstPrivate = full
+	c.register(child)
+	plan := Plan{Seq: child.id, Tokens: len(child.tokens)}
+	c.fillPlan(&plan, child)
+	plan.Hits = 0 // shared units are not cache hits, just more pins
+	compute := child.compute[:0]
+	for _, i := range c.scratch.fresh {
+		end := min((i+1)*B, len(child.tokens))
+		compute = addRange(compute, i*B, end)
+		plan.RecomputeTokens += end - i*B
+	}
+	child.compute = compute
+	if len(compute) > 0 {
+		plan.Compute = compute
+	}
+	c.st.recomputed += int64(plan.RecomputeTokens)
+	c.syncTables(child)
+	return plan, nil
+}

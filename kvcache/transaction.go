@@ -1,0 +1,703 @@
+package kvcache
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Every operation that changes the cache runs as one transaction, opened
+// by begin and closed by unlock:
+//
+//  1. planning: the operation allocates the block records it needs and
+//     takes references on blocks (both logged), and queues the units its
+//     sequence stops pinning (unpins) and those it needs pinned on the GPU
+//     (needs);
+//  2. staging: the pin changes are applied to the pin counts alone and
+//     every GPU pool's capacity is checked (free slots plus evictable
+//     units) before any policy hears of anything: ErrNoSpace leaves every
+//     policy untouched;
+//  3. the policies are told (pins, unpins), GPU slots are taken, evicting
+//     victims that move down the tiers or are dropped (see takeSlot), and
+//     one ordered batch of copies is planned, each victim's move before
+//     the copy that reuses its slot;
+//  4. the batch goes to the Mover;
+//  5. commit: units change tier, victims leave, events and counters.
+//
+// Every change before the commit is logged, and a failure at any step
+// undoes the log newest first, so a failed operation leaves every block
+// record, reference, unit, slot and pin as it was, and no caller
+// compensates by hand. A policy that implements eviction.Transactional is
+// told Begin, Commit and Rollback around steps 3 to 5 and undoes its own
+// calls exactly; another is compensated call by call (victims inserted
+// again, pins undone by Unpin).
+
+// action is what a need does to its unit.
+type action uint8
+
+const (
+	actHit     action = iota // the unit is on the GPU: pin it
+	actOnboard               // the unit is on a lower tier: copy it to the GPU
+	actFresh                 // the unit gets a GPU slot the server fills
+	actCopy                  // the unit gets a GPU slot filled from src (copy-on-write)
+	// actRecompute: the unit is on a lower tier but its block is
+	// recomputed (another needed unit of the block has no bytes), so
+	// copying it back would be overwritten: it gets a fresh GPU slot and
+	// its copy below is released at commit.
+	actRecompute
+)
+
+// need is one unit an operation wants pinned on the GPU.
+type need struct {
+	u    UnitID
+	src  UnitID // actCopy: the unit copied
+	slot int32  // the GPU slot, once taken (actHit: its current slot)
+	act  action
+	// from is the tier the unit is on (actOnboard, actRecompute) or the
+	// source is on (actCopy).
+	from Tier
+	// pinned says whether the need's GPU unit (a hit, or a copy source on
+	// the GPU) had no pin before the transaction: the policy is told.
+	pinned bool
+}
+
+type undoKind uint8
+
+const (
+	undoPin         undoKind = iota // a GPU pin was added to u
+	undoUnpin                       // a GPU pin was removed from u
+	undoPinResident                 // u was pinned where it is, in its (tier, pool) arena
+	undoSlot                        // a slot was taken: from the free list (u == noUnit) or from victim u
+	undoInsert                      // u was inserted, pinned, into (tier, pool) at slot
+	undoDrop                        // a victim of block b is to be dropped: b's held count went down
+	undoAlloc                       // block record b was allocated
+	undoRef                         // a reference to block b was added
+)
+
+type undoRec struct {
+	kind undoKind
+	tier Tier
+	// sparse: undoRef of a sparse sequence's reference.
+	sparse bool
+	pool   int32
+	slot   int32
+	// b is the block of undoDrop, undoAlloc and undoRef; prev, for an
+	// undoRef that took b off the hollow list, is its predecessor there
+	// (noBlock at the head), else notHollow.
+	b, prev int32
+	u       UnitID
+}
+
+// notHollow marks an undoRef whose block was not on the hollow list.
+const notHollow int32 = -2
+
+// victim is a unit evicted by the running transaction.
+type victim struct {
+	u    UnitID
+	tier Tier
+	pool int32
+	slot int32 // the slot it leaves
+	to   int32 // the slot it moves to in the next tier, -1 if dropped
+}
+
+// tempPin is a copy-on-write source pinned for the batch: on the GPU (a
+// pin count) or resident in a lower tier's arena.
+type tempPin struct {
+	u    UnitID
+	tier Tier
+}
+
+// txn is the state of the running transaction, reused across operations
+// so that steady-state operations do not allocate.
+type txn struct {
+	// open says whether a transaction runs: unlock rolls it back if the
+	// operation failed, and keeps it otherwise.
+	open      bool
+	undo      []undoRec
+	needs     []need
+	unpins    []UnitID
+	batch     []Copy
+	victims   []victim
+	temps     []tempPin
+	perPool   []int
+	crossings []UnitID
+	// seq is the live sequence the operation changes (Append, Truncate,
+	// SparseAccess, Commit), nil for one it creates: the units the
+	// operation unpins are its (see copyFailed).
+	seq *sequence
+	// recording says whether the policies were told Begin.
+	recording bool
+}
+
+func (t *txn) reset() {
+	t.undo = t.undo[:0]
+	t.needs = t.needs[:0]
+	t.unpins = t.unpins[:0]
+	t.batch = t.batch[:0]
+	t.victims = t.victims[:0]
+	t.temps = t.temps[:0]
+	t.crossings = t.crossings[:0]
+	t.seq = nil
+	t.open = false
+	t.recording = false
+}
+
+func (t *txn) log(r undoRec) { t.undo = append(t.undo, r) }
+
+// begin opens the transaction of an operation on sequence s (nil for one
+// the operation creates).
+func (c *Cache) begin(s *sequence) {
+	c.tx.reset()
+	c.tx.open = true
+	c.tx.seq = s
+}
+
+// newBlock allocates a block record for the running transaction.
+func (c *Cache) newBlock(index, chunks int, prio int, dur time.Duration) int32 {
+	b := c.units.alloc(index, chunks, prio, dur)
+	c.tx.log(undoRec{kind: undoAlloc, b: b})
+	return b
+}
+
+// ref adds a reference to block b from a sequence (sparse or not), for the
+// running transaction.
+func (c *Cache) ref(b int32, sparse bool) {
+	r := &c.units.blocks[b]
+	prev := notHollow
+	if r.refs == 0 && r.hollow {
+		prev = r.hollowPrev
+		c.meta.unmarkHollow(&c.units, b)
+	}
+	r.refs++
+	if sparse {
+		r.sparseRefs++
+	}
+	c.tx.log(undoRec{kind: undoRef, b: b, sparse: sparse, prev: prev})
+}
+
+// pinUnit adds a pin to u, which is on the GPU.
+func (c *Cache) pinUnit(u UnitID) {
+	i := c.units.ix(u)
+	c.units.pins[i]++
+	if c.units.pins[i] == 1 {
+		c.tiers.arena(GPU, c.poolOf(u)).pin(u)
+	}
+}
+
+// unpinUnit removes a pin from u, which is on the GPU.
+func (c *Cache) unpinUnit(u UnitID) {
+	i := c.units.ix(u)
+	c.units.pins[i]--
+	if c.units.pins[i] == 0 {
+		c.tiers.arena(GPU, c.poolOf(u)).unpin(u)
+	}
+}
+
+// addNeed queues u to be pinned on the GPU and returns its action.
+func (c *Cache) addNeed(u UnitID) action {
+	n := need{u: u, slot: c.units.slotOf(u)}
+	switch t := c.units.tierOf(u); t {
+	case GPU:
+		n.act = actHit
+	case Dropped:
+		n.act = actFresh
+	default:
+		n.act, n.from = actOnboard, t
+	}
+	c.tx.needs = append(c.tx.needs, n)
+	return n.act
+}
+
+// addCopyNeed queues u (with no bytes) to get a GPU slot filled from src;
+// when src has no bytes either, u is fresh (to compute).
+func (c *Cache) addCopyNeed(u, src UnitID) action {
+	t := c.units.tierOf(src)
+	if t == Dropped {
+		c.tx.needs = append(c.tx.needs, need{u: u, act: actFresh})
+		return actFresh
+	}
+	c.tx.needs = append(c.tx.needs, need{u: u, act: actCopy, src: src, from: t})
+	return actCopy
+}
+
+// execute runs the queued unpins and needs (see the top of this file) and
+// commits them. On error the whole transaction, the planning included, is
+// rolled back: the cache is as before the operation, but for what a
+// panicking Mover leaves (see copyFailed).
+func (c *Cache) execute() error {
+	t := &c.tx
+	if err := c.stage(); err != nil {
+		c.unstage()
+		c.rollback()
+		return err
+	}
+	c.beginPolicies()
+	for _, u := range t.unpins {
+		t.log(undoRec{kind: undoUnpin, u: u})
+	}
+	for _, u := range t.crossings {
+		// The unpins that made a unit evictable, in order.
+		c.tiers.arena(GPU, c.poolOf(u)).unpin(u)
+	}
+	for i := range t.needs {
+		n := &t.needs[i]
+		p := c.poolOf(n.u)
+		switch n.act {
+		case actHit:
+			if n.pinned {
+				c.tiers.arena(GPU, p).pin(n.u)
+			}
+			t.log(undoRec{kind: undoPin, u: n.u})
+		case actOnboard, actRecompute:
+			// Pinned so that no eviction of this operation picks it; an
+			// actRecompute unit's copy must survive a rollback.
+			c.pinResident(n.u, n.from, p)
+		case actCopy:
+			if n.from == GPU {
+				if n.pinned {
+					c.tiers.arena(GPU, p).pin(n.src)
+				}
+				t.log(undoRec{kind: undoPin, u: n.src})
+			} else {
+				c.pinResident(n.src, n.from, p)
+			}
+			t.temps = append(t.temps, tempPin{u: n.src, tier: n.from})
+		}
+	}
+	if c.poisoned != nil {
+		// A policy panicked while told of the pins.
+		return c.abort(c.poisoned)
+	}
+	for i := range t.needs {
+		n := &t.needs[i]
+		if n.act == actHit {
+			continue
+		}
+		p := c.poolOf(n.u)
+		s, ok, err := c.takeSlot(GPU, p)
+		if err == nil && !ok {
+			// The capacity check found the slots.
+			err = c.poison(c.tiers.arena(GPU, p), "Evict found no victim among %d evictable units", c.tiers.arena(GPU, p).evictable())
+		}
+		if err != nil {
+			return c.abort(err)
+		}
+		n.slot = s
+		a := c.tiers.arena(GPU, p)
+		a.owner[s] = n.u
+		if err := a.insert(n.u, c.entryOf(n.u), true); err != nil {
+			return c.abort(c.poison(a, "Insert of unit %d: %w", n.u, err))
+		}
+		c.units.pins[c.units.ix(n.u)] = 1
+		t.log(undoRec{kind: undoInsert, tier: GPU, pool: int32(p), slot: s, u: n.u})
+		switch n.act {
+		case actOnboard:
+			t.batch = append(t.batch, Copy{Pool: p, From: n.from, FromSlot: c.units.slotOf(n.u), To: GPU, ToSlot: s})
+		case actCopy:
+			t.batch = append(t.batch, Copy{Pool: p, From: n.from, FromSlot: c.units.slotOf(n.src), To: GPU, ToSlot: s})
+		}
+	}
+	if c.poisoned != nil {
+		return c.abort(c.poisoned)
+	}
+	if len(t.batch) > 0 && c.mover != nil {
+		if err := c.copyBatch(t.batch); err != nil {
+			return c.copyFailed(err)
+		}
+	}
+	c.commit()
+	return nil
+}
+
+// pinResident pins u where it is, in tier t's arena of pool p, for the
+// running transaction.
+func (c *Cache) pinResident(u UnitID, t Tier, p int) {
+	c.tiers.arena(t, p).pinResident(u, c.units.slotOf(u))
+	c.tx.log(undoRec{kind: undoPinResident, tier: t, pool: int32(p), u: u})
+}
+
+// stage applies the transaction's GPU pin changes to the pin counts only
+// (unpins, then the needs' hits and copy sources on the GPU), marking the
+// needs whose unit becomes pinned (need.pinned) and recording the unpins
+// that make a unit evictable (crossings), and checks that every GPU pool
+// can supply the slots the needs take: its free slots plus its evictable
+// units once the pins apply. It returns an error wrapping ErrNoSpace
+// otherwise; the caller then undoes the counts (unstage).
+func (c *Cache) stage() error {
+	t := &c.tx
+	np := len(c.geom.pools)
+	if cap(t.perPool) < 2*np {
+		t.perPool = make([]int, 2*np)
+	}
+	t.perPool = t.perPool[:2*np]
+	clear(t.perPool)
+	need, gained := t.perPool[:np], t.perPool[np:]
+	pins := c.units.pins
+	for _, u := range t.unpins {
+		i := c.units.ix(u)
+		pins[i]--
+		if pins[i] == 0 {
+			t.crossings = append(t.crossings, u)
+			gained[c.poolOf(u)]--
+		}
+	}
+	for k := range t.needs {
+		n := &t.needs[k]
+		p := c.poolOf(n.u)
+		var u UnitID
+		switch {
+		case n.act == actHit:
+			u = n.u
+		case n.act == actCopy && n.from == GPU:
+			u = n.src
+			need[p]++
+		default:
+			need[p]++
+			continue
+		}
+		i := c.units.ix(u)
+		n.pinned = pins[i] == 0
+		if n.pinned {
+			gained[p]++
+		}
+		pins[i]++
+	}
+	for p := range np {
+		// A unit that becomes pinned is one evictable unit fewer.
+		if a := c.tiers.arena(GPU, p).available() - gained[p]; need[p] > a {
+			return fmt.Errorf("%w: GPU pool %d needs %d slots, %d free or evictable", ErrNoSpace, p, need[p], a)
+		}
+	}
+	return nil
+}
+
+// unstage undoes the pin counts stage changed.
+func (c *Cache) unstage() {
+	t := &c.tx
+	for i := range t.needs {
+		n := &t.needs[i]
+		switch {
+		case n.act == actHit:
+			c.units.pins[c.units.ix(n.u)]--
+		case n.act == actCopy && n.from == GPU:
+			c.units.pins[c.units.ix(n.src)]--
+		}
+	}
+	for _, u := range t.unpins {
+		c.units.pins[c.units.ix(u)]++
+	}
+	t.crossings = t.crossings[:0]
+}
+
+// beginPolicies starts a transaction in every policy that can roll back.
+// Without a Mover nothing can fail once the policies are told (ErrNoSpace
+// is found before, and a broken policy poisons the cache, after which
+// their state no longer matters), so they are spared the recording.
+func (c *Cache) beginPolicies() {
+	if c.mover == nil {
+		return
+	}
+	c.tx.recording = true
+	c.tiers.each((*arena).policyBegin)
+}
+
+// commitPolicies ends the transaction of every policy that can roll back.
+func (c *Cache) commitPolicies() {
+	if !c.tx.recording {
+		return
+	}
+	c.tx.recording = false
+	c.tiers.each((*arena).policyCommit)
+}
+
+// copyFailed rolls back a transaction whose batch the Mover failed. A
+// Mover that returned an error wrote nothing (its contract); one that
+// panicked may have written any destination, so the units left in those
+// slots after the rollback (victims given their slots back) are dropped.
+// A victim the operation's own sequence had unpinned in the same call is
+// pinned again by the rollback: that sequence's KV is then unknown, so it
+// is ended (as by Abort) before its units are dropped.
+func (c *Cache) copyFailed(err error) error {
+	t := &c.tx
+	var pe *PanicError
+	if !errors.As(err, &pe) {
+		return c.abort(fmt.Errorf("%w: batch of %d copies: %w", ErrCopyFailed, len(t.batch), err))
+	}
+	c.scratch.lost = append(c.scratch.lost[:0], t.batch...)
+	n, seq := len(t.batch), t.seq
+	err = c.abort(fmt.Errorf("%w: batch of %d copies: %w", ErrCopyFailed, n, err))
+	for _, cp := range c.scratch.lost {
+		if u := c.tiers.arena(cp.To, cp.Pool).owner[cp.ToSlot]; u != noUnit && cp.To == GPU && c.units.pinsOf(u) > 0 && seq != nil {
+			c.end(seq)
+			c.st.aborted++
+			err = fmt.Errorf("%w; sequence %d ended: the batch may have overwritten KV it holds", err, seq.id)
+			break
+		}
+	}
+	for _, cp := range c.scratch.lost {
+		a := c.tiers.arena(cp.To, cp.Pool)
+		u := a.owner[cp.ToSlot]
+		if u == noUnit {
+			continue
+		}
+		if cp.To == GPU && c.units.pinsOf(u) > 0 {
+			// Only the operation's sequence can pin a victim again, and
+			// it has ended; should another pin remain, no slot whose
+			// bytes are unknown may be served.
+			if c.poisoned == nil {
+				c.poisoned = fmt.Errorf("%w: unit %d is pinned in a slot the batch may have written", err, u)
+			}
+			continue
+		}
+		a.lost++
+		c.dropResident(u)
+	}
+	c.collectPending()
+	return err
+}
+
+// takeSlot returns a slot of tier t in pool p for the running transaction,
+// making room when none is free: the arena's policy names a victim, which
+// moves down to the next tier when the Decider says so and that tier can
+// make room (recursively: its own victim's move enters the batch first),
+// and is dropped otherwise. ok is false when the arena has neither a free
+// slot nor an evictable unit. It fails only when a policy broke its
+// contract (the caller rolls back).
+func (c *Cache) takeSlot(t Tier, p int) (slot int32, ok bool, err error) {
+	tx := &c.tx
+	a := c.tiers.arena(t, p)
+	if s, ok := a.pop(); ok {
+		tx.log(undoRec{kind: undoSlot, tier: t, pool: int32(p), slot: s, u: noUnit})
+		return s, true, nil
+	}
+	v, ok := a.evict()
+	if !ok {
+		if n := a.evictable(); n > 0 {
+			return 0, false, c.poison(a, "Evict found no victim among %d evictable units", n)
+		}
+		return 0, false, nil
+	}
+	if !c.isVictim(a, v) {
+		a.tracked++ // no unit of the arena left
+		return 0, false, c.poison(a, "Evict returned %d, not an evictable unit of the arena", v)
+	}
+	s := c.units.slotOf(v)
+	tx.log(undoRec{kind: undoSlot, tier: t, pool: int32(p), slot: s, u: v})
+	to := int32(-1)
+	if t < c.tiers.last() && c.shouldMove(v, t, p) {
+		ds, ok, err := c.takeSlot(t+1, p)
+		if err != nil {
+			return 0, false, err
+		}
+		if ok {
+			da := c.tiers.arena(t+1, p)
+			da.owner[ds] = v
+			if err := da.insert(v, c.entryOf(v), true); err != nil {
+				// The rollback gives ds back (to the free list or to
+				// the victim that left it) and v its slot.
+				return 0, false, c.poison(da, "Insert of unit %d: %w", v, err)
+			}
+			tx.log(undoRec{kind: undoInsert, tier: t + 1, pool: int32(p), slot: ds, u: v})
+			tx.batch = append(tx.batch, Copy{Pool: p, From: t, FromSlot: s, To: t + 1, ToSlot: ds})
+			to = ds
+		}
+	}
+	if to < 0 {
+		// Counted out now, so that later victims of this operation see
+		// the block lacking it (see Victim.Whole).
+		b := c.units.block(v)
+		c.units.blocks[b].held--
+		tx.log(undoRec{kind: undoDrop, b: b})
+	}
+	tx.victims = append(tx.victims, victim{u: v, tier: t, pool: int32(p), slot: s, to: to})
+	return s, true, nil
+}
+
+// isVictim reports whether v, returned by the Evict of a's policy, is a unit
+// the policy could evict: a live unit (its block's current generation) of
+// a's tier and pool that holds the slot the cache gave it, pinned neither on
+// the GPU nor by the running transaction in a lower tier (an onboard,
+// recompute or copy source), and not evicted or moved already by the
+// running transaction (its slot then has a new owner, or its tier is not
+// yet a's).
+func (c *Cache) isVictim(a *arena, v UnitID) bool {
+	if !c.units.current(v, c.geom.slices) {
+		return false
+	}
+	if c.units.tierOf(v) != a.tier || c.poolOf(v) != a.pool {
+		return false
+	}
+	s := c.units.slotOf(v)
+	if s < 0 || int(s) >= a.capacity() || a.owner[s] != v {
+		return false
+	}
+	return !a.txPinned[s] && (a.tier != GPU || c.units.pinsOf(v) == 0)
+}
+
+func (c *Cache) undoOne(r undoRec) {
+	switch r.kind {
+	case undoPin:
+		c.unpinUnit(r.u)
+	case undoUnpin:
+		c.pinUnit(r.u)
+	case undoPinResident:
+		c.tiers.arena(r.tier, int(r.pool)).unpinResident(r.u, c.units.slotOf(r.u))
+	case undoInsert:
+		c.tiers.arena(r.tier, int(r.pool)).remove(r.u, true)
+		if r.tier == GPU {
+			c.units.pins[c.units.ix(r.u)] = 0
+		}
+	case undoSlot:
+		a := c.tiers.arena(r.tier, int(r.pool))
+		if r.u == noUnit {
+			a.push(r.slot)
+			return
+		}
+		// Give the slot back to the victim, which still has its bytes
+		// there: the Mover wrote nothing (see Mover).
+		a.owner[r.slot] = r.u
+		if err := a.insert(r.u, c.entryOf(r.u), false); err != nil {
+			// The policy will not track the victim again: it loses
+			// its bytes as if evicted and dropped, so that its slot
+			// is free rather than held by an untracked unit.
+			c.poison(a, "Insert of unit %d: %w", r.u, err)
+			a.push(r.slot)
+			a.evictions++
+			a.drops++
+			c.units.rec(r.u).held--
+			c.dropUnit(r.u)
+			c.emitMove(r.u, r.tier, Dropped)
+		}
+	case undoDrop:
+		c.units.blocks[r.b].held++
+	case undoAlloc:
+		c.units.release(r.b)
+	case undoRef:
+		rec := &c.units.blocks[r.b]
+		rec.refs--
+		if r.sparse {
+			rec.sparseRefs--
+		}
+		if r.prev != notHollow {
+			c.meta.relinkHollow(&c.units, r.b, r.prev)
+		}
+	}
+}
+
+// abort rolls the running transaction back and returns err, or the poison
+// error when a policy refused to take a victim back during the rollback
+// (err is then only named).
+func (c *Cache) abort(err error) error {
+	c.rollback()
+	if c.poisoned != nil && !errors.Is(err, ErrPolicy) {
+		return fmt.Errorf("%w (rolling back after: %v)", c.poisoned, err)
+	}
+	return err
+}
+
+// rollback undoes the running transaction, newest change first.
+func (c *Cache) rollback() {
+	t := &c.tx
+	// A transactional policy undoes its own calls (exactly: order,
+	// history, timers); replaying the log then only restores the cache's
+	// accounting. Others are compensated call by call (victims inserted
+	// again, pins undone by Unpin), which may reorder them.
+	c.tiers.each(func(a *arena) { a.replaying = t.recording && a.txPolicy != nil && a.broken == nil })
+	t.recording = false
+	for i := len(t.undo) - 1; i >= 0; i-- {
+		c.undoOne(t.undo[i])
+	}
+	c.tiers.each(func(a *arena) {
+		if a.replaying {
+			a.replaying = false
+			a.policyRollback()
+		}
+	})
+	t.reset()
+	c.collectPending()
+}
+
+// dropUnit marks u, whose slot was already released, as having no bytes.
+// Its block's held count must already be down (a victim's is counted out
+// when chosen, see takeSlot).
+func (c *Cache) dropUnit(u UnitID) {
+	c.units.place(u, Dropped, -1)
+	b := c.units.block(u)
+	if c.units.blocks[b].held == 0 {
+		c.gcQueue = append(c.gcQueue, b)
+	}
+}
+
+// commit applies a successful transaction and closes it.
+func (c *Cache) commit() {
+	t := &c.tx
+	c.commitPolicies()
+	for i := range t.victims {
+		v := &t.victims[i]
+		a := c.tiers.arena(v.tier, int(v.pool))
+		a.evictions++
+		if v.to >= 0 {
+			da := c.tiers.arena(v.tier+1, int(v.pool))
+			da.unpin(v.u)
+			da.moved++
+			c.units.place(v.u, v.tier+1, v.to)
+			c.st.offloads++
+			c.st.bytesMoved += c.geom.pools[v.pool].unitBytes
+			c.emitMove(v.u, v.tier, v.tier+1)
+		} else {
+			a.drops++
+			c.dropUnit(v.u)
+			c.emitMove(v.u, v.tier, Dropped)
+		}
+	}
+	for i := range t.needs {
+		n := &t.needs[i]
+		if n.act == actHit {
+			continue
+		}
+		p := c.poolOf(n.u)
+		switch n.act {
+		case actOnboard, actRecompute:
+			a := c.tiers.arena(n.from, p)
+			s := c.units.slotOf(n.u)
+			a.remove(n.u, true)
+			a.push(s)
+			if n.act == actOnboard {
+				c.st.onboards++
+				c.st.bytesMoved += c.geom.pools[p].unitBytes
+				c.emitMove(n.u, n.from, GPU)
+			} else {
+				// Its copy below is given up (no copy, no onboard) and
+				// the server recomputes it into the new GPU slot: for a
+				// router, the unit was dropped and then restored.
+				c.emitMove(n.u, n.from, Dropped)
+				c.emitMove(n.u, Dropped, GPU)
+			}
+		case actCopy:
+			c.gainBytes(c.units.block(n.u))
+			c.st.copies++
+			c.st.bytesMoved += c.geom.pools[p].unitBytes
+		case actFresh:
+			c.gainBytes(c.units.block(n.u))
+			c.emitMove(n.u, Dropped, GPU)
+		}
+		c.units.place(n.u, GPU, n.slot)
+	}
+	for _, tp := range t.temps {
+		if tp.tier == GPU {
+			c.unpinUnit(tp.u)
+		} else {
+			c.tiers.arena(tp.tier, c.poolOf(tp.u)).unpinResident(tp.u, c.units.slotOf(tp.u))
+		}
+	}
+	t.undo = t.undo[:0]
+	t.temps = t.temps[:0]
+	t.open = false
+}
+
+// close ends a transaction that succeeded without executing (or after it):
+// its log is dropped.
+func (c *Cache) close() {
+	c.tx.undo = c.tx.undo[:0]
+	c.tx.open = false
+}

@@ -1,0 +1,194 @@
+package kvcache
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/kvtier/kvtier/radix"
+)
+
+// UnitID names one unit inside a Cache: one slice of one token block. It is
+// the key the cache gives its eviction policies. An id names one block for
+// the cache's lifetime: when a block is forgotten (its node leaves the
+// prefix tree, a private block is freed, Clear) its ids are never given to
+// another block, so a policy may keep history (ghosts, counts) keyed by
+// UnitID without mixing blocks. The value is opaque: it packs a record
+// index, a generation and the slice, and ids are not comparable across
+// caches; use block hashes (events) for a name a router can share.
+type UnitID uint64
+
+// noUnit marks a free slot in arena.owner.
+const noUnit = ^UnitID(0)
+
+// recordBits is the width of a block record index: records are int32.
+const recordBits = 31
+
+// minGenBits is the fewest generation bits a UnitID keeps: a record is
+// retired after 2^minGenBits blocks at worst (see unitTable.free).
+const minGenBits = 16
+
+// maxSliceShift is the widest slice field that leaves minGenBits.
+const maxSliceShift = 64 - recordBits - minGenBits
+
+// unitTable is the state of every unit and of the block records they
+// belong to. A block record holds one token block (see blockRec); its
+// units are UnitID(gen<<genShift | record<<sliceShift | slice), from the
+// low bits up the slice, the record and the record's generation. The
+// generation makes an id name one block for the cache's lifetime although
+// records are reused: freeing a record moves its generation on, and a
+// record whose generations run out is retired, never reused.
+//
+// The state of a unit (tier, slot, pins) lives in flat arrays indexed by
+// the id without its generation (ix), 2^sliceShift entries per record, so
+// that the hot paths read it without a map.
+type unitTable struct {
+	sliceShift uint
+	genShift   uint
+	indexMask  UnitID
+	maxGen     uint32
+
+	// tier, slot and pins are indexed by ix(u). A unit is on a tier with
+	// a slot there, or Dropped with slot -1; pins counts the sequences
+	// (and the running transaction) that pin it on the GPU.
+	tier []Tier
+	slot []int32
+	pins []int32
+
+	blocks  []blockRec
+	free    []int32 // records to reuse, last freed first
+	retired int     // records whose generations ran out
+}
+
+// blockRec is the cache's record of one token block: its node in the prefix
+// tree (nil for a sequence's private block, which is partial, uncommitted or
+// a copy-on-write or recompute copy), how many sequences hold it, how many
+// of its units hold bytes, and what the policies are told about it.
+type blockRec struct {
+	node *radix.Node[int32]
+	// refs counts the sequences whose block list holds this block, of
+	// which sparseRefs are sparse: a sparse sequence brings single units
+	// back (SparseAccess), so a copy of one of the block's units in a lower
+	// tier stays useful while another unit has no bytes (see Victim).
+	refs, sparseRefs int32
+	// held counts units with bytes (on any tier). A transaction that
+	// chooses to drop a unit counts it out at once (and back on rollback),
+	// so that later victims of the same operation see the block as
+	// lacking it.
+	held int32
+	// index is the block's position in its sequence (its chunk).
+	index int32
+	// chunks is the length in blocks of the sequence that made the block
+	// (sequence.chunks), for the cost model's position weight.
+	chunks int32
+	// prio and prioDur are the priority the next insert of a unit uses.
+	prio    int8
+	live    bool
+	prioDur time.Duration
+	// twin is, for a private block that recomputes a cached block (see
+	// recomputeCopy), that block's record; -1 otherwise.
+	twin int32
+	// hash is the chain hash of a private full block (its twin's for a
+	// recompute copy); indexed says whether it is counted in
+	// Cache.writing.
+	hash    uint64
+	indexed bool
+	// hollow says whether the block is on the list of hollow nodes (see
+	// metadata.go), linked through hollowPrev and hollowNext.
+	hollow                 bool
+	hollowPrev, hollowNext int32
+	// gen is the record's generation (see unitTable).
+	gen uint32
+}
+
+// newUnitTable returns an empty table for blocks of 2^sliceShift slices at
+// most. It fails when the slices leave too few generation bits.
+func newUnitTable(sliceShift uint) (unitTable, error) {
+	if sliceShift > maxSliceShift {
+		return unitTable{}, fmt.Errorf("%w: Layout has more than %d units per block", ErrInvalidConfig, 1<<maxSliceShift)
+	}
+	genShift := recordBits + sliceShift
+	genBits := min(64-genShift, 32)
+	return unitTable{sliceShift: sliceShift, genShift: genShift, indexMask: 1<<genShift - 1,
+		maxGen: uint32(uint64(1)<<genBits - 1)}, nil
+}
+
+// alloc returns a fresh record with every unit dropped and no reference.
+func (t *unitTable) alloc(index, chunks int, prio int, dur time.Duration) int32 {
+	var b int32
+	if n := len(t.free); n > 0 {
+		b = t.free[n-1]
+		t.free = t.free[:n-1]
+	} else {
+		b = int32(len(t.blocks))
+		t.blocks = append(t.blocks, blockRec{})
+		for range 1 << t.sliceShift {
+			t.tier = append(t.tier, Dropped)
+			t.slot = append(t.slot, -1)
+			t.pins = append(t.pins, 0)
+		}
+	}
+	t.blocks[b] = blockRec{index: int32(index), chunks: int32(max(chunks, index+1)),
+		prio: int8(prio), prioDur: dur, live: true, gen: t.blocks[b].gen, twin: -1,
+		hollowPrev: noBlock, hollowNext: noBlock}
+	return b
+}
+
+// release forgets record b, whose units hold no bytes and no pins: its
+// generation moves on, so its next block gets new UnitIDs, or, when its
+// generations are used up, it is retired.
+func (t *unitTable) release(b int32) {
+	gen := t.blocks[b].gen
+	if gen == t.maxGen {
+		t.blocks[b] = blockRec{gen: gen}
+		t.retired++
+		return
+	}
+	t.blocks[b] = blockRec{gen: gen + 1}
+	t.free = append(t.free, b)
+}
+
+// live returns the records in use.
+func (t *unitTable) live() int { return len(t.blocks) - len(t.free) - t.retired }
+
+// id returns the id of slice s of block b.
+func (t *unitTable) id(b int32, s int) UnitID { return t.base(b) | UnitID(s) }
+
+// base returns the id of slice 0 of block b; slice s's is base(b) | s.
+func (t *unitTable) base(b int32) UnitID {
+	return UnitID(t.blocks[b].gen)<<t.genShift | UnitID(b)<<t.sliceShift
+}
+
+// ix returns the index of unit u in the unit arrays (tier, slot, pins):
+// its record and slice, without the generation.
+func (t *unitTable) ix(u UnitID) UnitID { return u & t.indexMask }
+
+// block returns the record of unit u.
+func (t *unitTable) block(u UnitID) int32 { return int32(t.ix(u) >> t.sliceShift) }
+
+// slice returns the slice of unit u.
+func (t *unitTable) slice(u UnitID) int { return int(u & (1<<t.sliceShift - 1)) }
+
+// rec returns the record of unit u.
+func (t *unitTable) rec(u UnitID) *blockRec { return &t.blocks[t.block(u)] }
+
+// current reports whether u names a slice below slices of a live block as
+// it is now (its record's current generation): false for garbage and for a
+// unit of a block forgotten since.
+func (t *unitTable) current(u UnitID, slices int) bool {
+	if uint64(t.ix(u)) >= uint64(len(t.tier)) || t.slice(u) >= slices {
+		return false
+	}
+	b := t.block(u)
+	return t.blocks[b].live && t.base(b)|UnitID(t.slice(u)) == u
+}
+
+// tierOf, slotOf and pinsOf read a unit's state.
+func (t *unitTable) tierOf(u UnitID) Tier  { return t.tier[t.ix(u)] }
+func (t *unitTable) slotOf(u UnitID) int32 { return t.slot[t.ix(u)] }
+func (t *unitTable) pinsOf(u UnitID) int32 { return t.pins[t.ix(u)] }
+
+// place puts u on tier tr at slot s (Dropped: slot -1).
+func (t *unitTable) place(u UnitID, tr Tier, s int32) {
+	i := t.ix(u)
+	t.tier[i], t.slot[i] = tr, s
+}
