@@ -37,19 +37,19 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		"nil layout":     {Config{Tiers: GPUAndCPU(Capacity{Units: 4}, Capacity{})}, "Layout"},
-		"zero layout":    {Config{Layout: &layout.Layout{}, Tiers: GPUAndCPU(Capacity{Units: 4}, Capacity{})}, "Layout"},
-		"no tier":        {Config{Layout: l}, "0 tiers"},
-		"nine tiers":     {Config{Layout: l, Tiers: make([]TierConfig, 9)}, "9 tiers"},
-		"zero tier":      {Config{Layout: l, Tiers: []TierConfig{{Capacity: Capacity{Units: 4}}, {}}}, "tier 2 (CPU) has no capacity"},
-		"same names":     {Config{Layout: l, Tiers: []TierConfig{{Name: "x", Capacity: Capacity{Units: 4}}, {Name: "x", Capacity: Capacity{Units: 4}}}}, `both named "x"`},
-		"bad link":       {Config{Layout: l, Tiers: linked(GPUAndCPU(Capacity{Units: 4}, Capacity{Units: 4}), costmodel.Link{BytesPerSecond: -1})}, "tier 2 (CPU) Link"},
-		"both fields":    {Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 4, Bytes: 64}, Capacity{})}, "both"},
-		"negative CPU":   {Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 4}, Capacity{Units: -1})}, "negative"},
-		"pool no slot":   {Config{Layout: l, Tiers: GPUAndCPU(Capacity{Bytes: 16}, Capacity{})}, "no slot"},
-		"bad recompute":  {Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 4}, Capacity{}), Recompute: &costmodel.Recompute{Alpha: -1}}, "Recompute"},
-		"factory error":  {Config{Layout: l, Tiers: tiersOf(Capacity{Units: 4}, Capacity{}, failing, nil)}, "boom"},
-		"nil policy":     {Config{Layout: l, Tiers: tiersOf(Capacity{Units: 4}, Capacity{Units: 4}, nil, nilPolicy)}, "nil"},
+		"nil layout":    {Config{Tiers: GPUAndCPU(Capacity{Units: 4}, Capacity{})}, "Layout"},
+		"zero layout":   {Config{Layout: &layout.Layout{}, Tiers: GPUAndCPU(Capacity{Units: 4}, Capacity{})}, "Layout"},
+		"no tier":       {Config{Layout: l}, "0 tiers"},
+		"nine tiers":    {Config{Layout: l, Tiers: make([]TierConfig, 9)}, "9 tiers"},
+		"zero tier":     {Config{Layout: l, Tiers: []TierConfig{{Capacity: Capacity{Units: 4}}, {}}}, "tier 2 (CPU) has no capacity"},
+		"same names":    {Config{Layout: l, Tiers: []TierConfig{{Name: "x", Capacity: Capacity{Units: 4}}, {Name: "x", Capacity: Capacity{Units: 4}}}}, `both named "x"`},
+		"bad link":      {Config{Layout: l, Tiers: linked(GPUAndCPU(Capacity{Units: 4}, Capacity{Units: 4}), costmodel.Link{BytesPerSecond: -1})}, "tier 2 (CPU) Link"},
+		"both fields":   {Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 4, Bytes: 64}, Capacity{})}, "both"},
+		"negative CPU":  {Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 4}, Capacity{Units: -1})}, "negative"},
+		"pool no slot":  {Config{Layout: l, Tiers: GPUAndCPU(Capacity{Bytes: 16}, Capacity{})}, "no slot"},
+		"bad recompute": {Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 4}, Capacity{}), Recompute: &costmodel.Recompute{Alpha: -1}}, "Recompute"},
+		"factory error": {Config{Layout: l, Tiers: tiersOf(Capacity{Units: 4}, Capacity{}, failing, nil)}, "boom"},
+		"nil policy":    {Config{Layout: l, Tiers: tiersOf(Capacity{Units: 4}, Capacity{Units: 4}, nil, nilPolicy)}, "nil"},
 		"NaN weight": {Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 4}, Capacity{}),
 			Recompute: &costmodel.Recompute{Beta: 1, LayerWeight: nanWeight}}, "LayerWeight(0, 1) returned NaN"},
 		"NaN retention weight": {Config{Layout: l, Tiers: tiersOf(Capacity{Units: 4}, Capacity{}, RetentionPolicy(), nil),
@@ -337,7 +337,7 @@ func TestSparseContextLargerThanGPU(t *testing.T) {
 			require.NoError(t, c.SparseAccess(p.Seq, byQueryHeads(c.Layout(), layer, heads), &res))
 			require.Len(t, res.Units, 6) // head 0: blocks 0,3,10; head 1: step,7,10
 			require.Equal(t, int64(6*16), res.BytesRead)
-			require.Equal(t, res.Hits+(res.Onboarded + res.Computed), 6)
+			require.Equal(t, res.Hits+(res.Onboarded+res.Computed), 6)
 			require.Zero(t, res.Computed)
 		}
 	}
@@ -607,7 +607,7 @@ func TestBlockTableShowsOnlyPinnedUnits(t *testing.T) {
 // fresh slots adds their blocks' tokens to Stats.RecomputedTokens, once per
 // block however many of its units (heads) the call recomputes.
 func TestSparseRecomputeCountsTokens(t *testing.T) {
-	l := tinyLayout(t, layout.BSA, nil)                        // 4 units per block: (layer, KV head)
+	l := tinyLayout(t, layout.BSA, nil)                                                 // 4 units per block: (layer, KV head)
 	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 12}, Capacity{})}) // no CPU: victims drop
 	require.NoError(t, err)
 	prompt := seqTokens(16, 0) // 4 blocks, 16 units

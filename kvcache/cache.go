@@ -28,9 +28,9 @@ type Cache struct {
 	mu sync.Mutex
 
 	// The parts, each with one job:
-	geom   *geometry  // what the layout says, immutable (geometry.go)
-	units  unitTable  // units, block records and the UnitID codec (units.go)
-	tiers  tierSet    // the tiers' slot arenas and policies (tiers.go, arena.go)
+	geom   *geometry // what the layout says, immutable (geometry.go)
+	units  unitTable // units, block records and the UnitID codec (units.go)
+	tiers  tierSet   // the tiers' slot arenas and policies (tiers.go, arena.go)
 	tree   *radix.Tree[int32]
 	seqs   map[SeqID]*sequence // live sequences (sequence.go)
 	tx     txn                 // the running operation's transaction (transaction.go)

@@ -209,7 +209,7 @@ func TestSparseRestoreUndeclaredIsDropped(t *testing.T) {
 // token. Before, Plan.Compute named tokens that the windowed layer's table
 // had no slot for (-1).
 func TestTruncatePinsTheWindowOfItsRecompute(t *testing.T) {
-	l := tinyLayout(t, layout.PagedLayer, []int{6, 0})         // layer 0: window 6; two pools
+	l := tinyLayout(t, layout.PagedLayer, []int{6, 0})                                  // layer 0: window 6; two pools
 	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 16}, Capacity{})}) // 8 slots per pool
 	require.NoError(t, err)
 	s, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})

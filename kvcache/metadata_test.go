@@ -19,14 +19,14 @@ func runTailPriority(t *testing.T, gpu, maxBlocks, blocks, n int) (*Cache, map[u
 	l := tinyLayout(t, layout.AllLayers, nil) // one unit per block
 	known := map[uint64]bool{}                // the tree as a router sees it
 	c, err := New(Config{Layout: l, Tiers: tiersOf(Capacity{Units: int64(gpu)}, Capacity{}, PrioritizedLRUPolicy(), nil), MaxBlocks: maxBlocks, Events: func(e Event) {
-			switch e.Kind {
-			case BlockStored:
-				known[e.Hash] = true
-			case BlockRemoved:
-				require.True(t, known[e.Hash], "removed before stored")
-				delete(known, e.Hash)
-			}
-		}})
+		switch e.Kind {
+		case BlockStored:
+			known[e.Hash] = true
+		case BlockRemoved:
+			require.True(t, known[e.Hash], "removed before stored")
+			delete(known, e.Hash)
+		}
+	}})
 	require.NoError(t, err)
 	B := c.BlockTokens()
 	for i := range n {

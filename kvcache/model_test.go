@@ -232,15 +232,15 @@ func newHarness(t testing.TB, mc modelConfig, choose func(int) int) *harness {
 		ref: map[SeqID]*refSeq{}, counts: map[string]int{}, clock: &eviction.ManualClock{},
 		routed: map[uint64][]Tier{}}
 	cfg := Config{Layout: l, Tiers: mc.tiers(), Mover: h.mover, Recompute: mc.recompute, Clock: h.clock, MaxBlocks: mc.maxBlocks, Events: func(e Event) {
-			h.events = append(h.events, e)
-			h.route(e)
-			// A sink with a bug, now and then, after it recorded the
-			// event: the cache must count it and go on delivering.
-			if h.choose(64) == 0 {
-				h.sinkPanics++
-				panic("injected sink bug")
-			}
-		}}
+		h.events = append(h.events, e)
+		h.route(e)
+		// A sink with a bug, now and then, after it recorded the
+		// event: the cache must count it and go on delivering.
+		if h.choose(64) == 0 {
+			h.sinkPanics++
+			panic("injected sink bug")
+		}
+	}}
 	if mc.chaos > 0 && mc.recompute != nil {
 		// The cost model decides what eviction does: a weight function
 		// with a bug poisons the cache like a policy.
@@ -1280,7 +1280,7 @@ func (h *harness) step() {
 				h.fillUnit(id, u.Block, u.Slice)
 			}
 		}
-		require.Equal(h.t, len(h.res.Units), h.res.Hits+(h.res.Onboarded + h.res.Computed))
+		require.Equal(h.t, len(h.res.Units), h.res.Hits+(h.res.Onboarded+h.res.Computed))
 		h.recordSparse(&h.res, len(q.tokens))
 		h.counts["sparse"]++
 		if h.res.Onboarded > 0 {
