@@ -54,7 +54,8 @@ func (m fifoMeta) pinned() bool { return m&fifoPinned != 0 }
 
 var (
 	_ Policy[int]         = (*FIFO[int])(nil)
-	_ PinnedAccessIgnorer = (*FIFO[int])(nil)
+	_ PinnedAccessIgnorer  = (*FIFO[int])(nil)
+	_ PinnedInserter[int] = (*FIFO[int])(nil)
 )
 
 // fifoHead is the sentinel of the FIFO's queue.
@@ -105,6 +106,17 @@ func (p *FIFO[K]) Insert(k K, e Entry) error {
 	}
 	p.nextSeq++
 	p.slab.pushBack(fifoHead, i)
+	return nil
+}
+
+// InsertPinned is Insert followed by Pin (see [PinnedInserter]): k takes
+// its place in the insertion order, pinned.
+func (p *FIFO[K]) InsertPinned(k K, e Entry) error {
+	if err := p.Insert(k, e); err != nil {
+		return err
+	}
+	i, _ := p.keys.lookup(k)
+	*p.slab.meta(i) |= fifoPinned
 	return nil
 }
 

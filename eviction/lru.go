@@ -27,7 +27,8 @@ type LRU[K comparable] struct {
 
 var (
 	_ Policy[int]         = (*LRU[int])(nil)
-	_ PinnedAccessIgnorer = (*LRU[int])(nil)
+	_ PinnedAccessIgnorer  = (*LRU[int])(nil)
+	_ PinnedInserter[int] = (*LRU[int])(nil)
 )
 
 // lruHead is the sentinel of the LRU's only list.
@@ -76,6 +77,26 @@ func (p *LRU[K]) Insert(k K, e Entry) error {
 		return err
 	}
 	p.slab.pushBack(lruHead, i)
+	return nil
+}
+
+// InsertPinned is Insert followed by Pin (see [PinnedInserter]): k is
+// tracked but on no list until Unpin.
+func (p *LRU[K]) InsertPinned(k K, e Entry) error {
+	if err := e.Validate(); err != nil {
+		return err
+	}
+	if _, ok := p.keys.lookup(k); ok {
+		return trackedKeyError(k)
+	}
+	i, err := p.slab.alloc(k, struct{}{})
+	if err != nil {
+		return err
+	}
+	if err := p.keys.store(k, i); err != nil {
+		p.slab.release(i)
+		return err
+	}
 	return nil
 }
 

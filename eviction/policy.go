@@ -50,3 +50,15 @@ type Policy[K comparable] interface {
 type PinnedAccessIgnorer interface {
 	IgnoresPinnedAccess() bool
 }
+
+// PinnedInserter is implemented by a Policy that can start tracking a key
+// pinned, in one call. InsertPinned(k, e) does what Insert(k, e) followed,
+// when it succeeds, by Pin(k) does: it returns the same error, and every
+// later call makes the policy choose the same victims. An owner that
+// inserts keys it is using at once (as a kvcache tier does with the units
+// it places for a sequence) calls it when the policy has it, and saves a
+// call and a lookup per key. Every policy of this package implements it;
+// package evictiontest checks the equivalence for any policy that does.
+type PinnedInserter[K comparable] interface {
+	InsertPinned(k K, e Entry) error
+}

@@ -95,7 +95,8 @@ type prioritizedMeta struct {
 
 var (
 	_ Policy[int]         = (*PrioritizedLRU[int])(nil)
-	_ PinnedAccessIgnorer = (*PrioritizedLRU[int])(nil)
+	_ PinnedAccessIgnorer  = (*PrioritizedLRU[int])(nil)
+	_ PinnedInserter[int] = (*PrioritizedLRU[int])(nil)
 )
 
 // priorityLevels is the number of priority levels, one list each.
@@ -313,3 +314,12 @@ func expiryTime(now, d time.Duration) int64 {
 
 // IgnoresPinnedAccess returns true: its Access of a pinned key does nothing: the Unpin that follows makes the key the most recent of its level. See [PinnedAccessIgnorer].
 func (p *PrioritizedLRU[K]) IgnoresPinnedAccess() bool { return true }
+
+// InsertPinned is Insert followed by Pin (see [PinnedInserter]).
+func (p *PrioritizedLRU[K]) InsertPinned(k K, e Entry) error {
+	if err := p.Insert(k, e); err != nil {
+		return err
+	}
+	p.Pin(k)
+	return nil
+}

@@ -133,7 +133,8 @@ type Retention[K comparable] struct {
 
 var (
 	_ Policy[int]         = (*Retention[int])(nil)
-	_ PinnedAccessIgnorer = (*Retention[int])(nil)
+	_ PinnedAccessIgnorer  = (*Retention[int])(nil)
+	_ PinnedInserter[int] = (*Retention[int])(nil)
 )
 
 // retentionKey is one tracked key.
@@ -467,3 +468,12 @@ func (r *Retention[K]) dropKey(i int32) {
 
 // IgnoresPinnedAccess returns true: the use an Access records on a pinned key is overwritten by the Unpin that makes the key evictable again. See [PinnedAccessIgnorer].
 func (p *Retention[K]) IgnoresPinnedAccess() bool { return true }
+
+// InsertPinned is Insert followed by Pin (see [PinnedInserter]).
+func (r *Retention[K]) InsertPinned(k K, e Entry) error {
+	if err := r.Insert(k, e); err != nil {
+		return err
+	}
+	r.Pin(k)
+	return nil
+}

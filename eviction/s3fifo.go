@@ -512,3 +512,14 @@ func (p *S3FIFO[K]) dropClaim() {
 		p.claimed = noLink
 	}
 }
+
+// InsertPinned is Insert followed by Pin (see [PinnedInserter]).
+func (p *S3FIFO[K]) InsertPinned(k K, e Entry) error {
+	if err := p.Insert(k, e); err != nil {
+		return err
+	}
+	p.Pin(k)
+	return nil
+}
+
+var _ PinnedInserter[int] = (*S3FIFO[int])(nil)

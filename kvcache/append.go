@@ -1,5 +1,7 @@
 package kvcache
 
+import "slices"
+
 // Append adds tokens to sequence id (decode, or a chunk of a sparse
 // prefill) and returns the plan: a new block gets fresh GPU slots whenever
 // the last one fills. Calling Append declares that the KV of every token
@@ -36,10 +38,23 @@ func (c *Cache) Append(id SeqID, tokens ...uint32) (_ Plan, err error) {
 	if c.poisoned != nil {
 		return Plan{}, c.poisoned // a merge met a policy that broke its contract
 	}
-	c.begin(s)
 	n := len(s.tokens)
 	n2 := n + len(tokens)
 	nb, nb2 := len(s.blocks), c.geom.numBlocks(n2)
+	lo := c.wantLo(c.scratch.lo, s.sparse, n)
+	c.scratch.lo = lo
+	if nb2 == nb && len(s.stepPins) == 0 && slices.Equal(lo, s.pinLo) {
+		// The tokens fit in the sequence's partial block and no window
+		// moves past a block: nothing to pin or unpin, as for most
+		// decode steps.
+		s.tokens = append(s.tokens, tokens...)
+		s.writeFrom = n
+		s.compute = append(s.compute[:0], TokenRange{Start: n, End: n2})
+		c.indexWriting(s, n/c.geom.blockTokens)
+		c.statsUnchanged = true
+		return Plan{Seq: id, Tokens: n2, Compute: s.compute}, nil
+	}
+	c.begin(s)
 	// The new blocks go after the sequence's in its spare capacity, which
 	// s.blocks (of length nb) does not see until the call succeeds.
 	blocks := s.blocks
@@ -49,8 +64,6 @@ func (c *Cache) Append(id SeqID, tokens ...uint32) (_ Plan, err error) {
 		c.ref(b, s.sparse)
 		blocks = append(blocks, b)
 	}
-	lo := c.wantLo(c.scratch.lo, s.sparse, n)
-	c.scratch.lo = lo
 	c.queuePins(s.span(), pinSpan{blocks: blocks, lo: lo}, nb, -1, -1)
 	// The step of the last SparseAccess is over: its pins go.
 	c.queueStepUnpins(s)

@@ -30,6 +30,9 @@ type arena struct {
 	// tellHits says whether hits are reported to the policy (see
 	// tellsHits).
 	tellHits bool
+	// pinnedInserter is the policy when it can insert a key pinned in one
+	// call (eviction.PinnedInserter).
+	pinnedInserter eviction.PinnedInserter[UnitID]
 	// txPolicy is the policy when it implements eviction.Transactional:
 	// a rollback then undoes the policy's calls exactly (see rollback).
 	txPolicy eviction.Transactional
@@ -50,7 +53,8 @@ type arena struct {
 
 func newArena(c *Cache, tier Tier, pool, slots int, p eviction.Policy[UnitID]) *arena {
 	tp, _ := p.(eviction.Transactional)
-	a := &arena{cache: c, tier: tier, pool: pool, policy: p, tellHits: tellsHits(p), txPolicy: tp,
+	pi, _ := p.(eviction.PinnedInserter[UnitID])
+	a := &arena{cache: c, tier: tier, pool: pool, policy: p, tellHits: tellsHits(p), txPolicy: tp, pinnedInserter: pi,
 		free: make([]int32, slots), owner: make([]UnitID, slots), txPinned: make([]bool, slots)}
 	for i := range a.free {
 		// Pop order is slot 0 first: slots fill from the bottom.
@@ -96,6 +100,14 @@ func (a *arena) muted() bool { return a.broken != nil || a.replaying }
 // that panics (or has) is no longer asked, and the arena counts u as
 // tracked all the same, so that the accounting stays exact.
 func (a *arena) insert(u UnitID, e eviction.Entry, pinned bool) error {
+	if pinned && a.pinnedInserter != nil {
+		if err := a.policyInsertPinned(u, e); err != nil && a.broken == nil {
+			return err
+		}
+		a.tracked++
+		a.pinned++
+		return nil
+	}
 	if err := a.policyInsert(u, e); err != nil && a.broken == nil {
 		return err
 	}

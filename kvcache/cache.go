@@ -54,8 +54,11 @@ type Cache struct {
 	// once set, every mutating call returns it (see ErrPolicy).
 	poisoned error
 	// snap is the Stats at the end of the last operation, which a
-	// callback of the running one sees (see lock.go).
-	snap Stats
+	// callback of the running one sees (see lock.go); statsUnchanged says
+	// that the running operation changed nothing Stats reports (an Append
+	// into a partial block), so snap need not be computed again.
+	snap           Stats
+	statsUnchanged bool
 }
 
 // New validates cfg and returns a Cache. Errors wrap ErrInvalidConfig and

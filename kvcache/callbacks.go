@@ -80,6 +80,14 @@ func (a *arena) policyInsert(u UnitID, e eviction.Entry) (err error) {
 	return a.policy.Insert(u, e)
 }
 
+func (a *arena) policyInsertPinned(u UnitID, e eviction.Entry) (err error) {
+	if a.muted() {
+		return nil
+	}
+	defer a.recoverPolicy("InsertPinned", &err)
+	return a.pinnedInserter.InsertPinned(u, e)
+}
+
 func (a *arena) policyPin(u UnitID) {
 	if a.muted() {
 		return

@@ -110,11 +110,11 @@ func (c *Cache) shouldMove(v UnitID, t Tier, p int) bool {
 	if c.tiers.arena(t+1, p).capacity() == 0 {
 		return false
 	}
-	vic := Victim{Unit: c.entryOf(v).Unit, Bytes: c.geom.pools[p].unitBytes, From: t, To: t + 1,
-		Whole: r.held == int32(c.geom.slices), SparseHeld: r.sparseRefs > 0, tiers: &c.tiers, recompute: c.recompute}
+	whole, sparse := r.held == int32(c.geom.slices), r.sparseRefs > 0
 	if c.decider == nil && c.recompute == nil {
-		// The default rule calls no user code here.
-		return DefaultDecider(vic)
+		// DefaultDecider with no cost: it needs nothing else.
+		return whole || sparse
 	}
-	return c.decide(vic)
+	return c.decide(Victim{Unit: c.entryOf(v).Unit, Bytes: c.geom.pools[p].unitBytes, From: t, To: t + 1,
+		Whole: whole, SparseHeld: sparse, tiers: &c.tiers, recompute: c.recompute})
 }

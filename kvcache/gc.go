@@ -72,7 +72,7 @@ func (c *Cache) freeUnit(u UnitID) {
 	a.remove(u, t == GPU && c.units.pinsOf(u) > 0)
 	a.push(c.units.slotOf(u))
 	c.units.place(u, Dropped, -1)
-	c.units.pins[c.units.ix(u)] = 0
+	c.units.of(u).pins = 0
 	c.units.rec(u).held--
 }
 

@@ -3,6 +3,8 @@ package kvcache
 import (
 	"fmt"
 	"testing"
+
+	"github.com/kvtier/kvtier/layout"
 )
 
 // The benchmarks of this file measure what a server pays on every
@@ -152,10 +154,14 @@ type decodeBatch struct {
 }
 
 func newDecodeBatch(b *testing.B, batch, ctx int) *decodeBatch {
-	l := seedPaged(b, 16)
+	return newDecodeBatchOf(b, seedPaged(b, 16), batch, ctx)
+}
+
+func newDecodeBatchOf(b *testing.B, l *layout.Layout, batch, ctx int) *decodeBatch {
+	u := int64(l.UnitsPerBlock())
 	// The shared prefix, then per sequence a private last block and room
 	// for 512 decode tokens (32 blocks).
-	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: int64(28 * (ctx/16 + batch*(1+33)))}, Capacity{})})
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: u * int64(ctx/16+batch*(1+33))}, Capacity{})})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -174,57 +180,125 @@ func newDecodeBatch(b *testing.B, batch, ctx int) *decodeBatch {
 		}
 		d.ids = append(d.ids, p.Seq)
 	}
+	// One period of decoding, undone: the sequences' buffers (tokens,
+	// blocks, tables) have grown to what the measured steps need, as in a
+	// server that has been decoding for a while.
+	for i := range 512 {
+		for _, id := range d.ids {
+			if _, err := c.Append(id, uint32(i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for _, id := range d.ids {
+		if _, err := c.Truncate(id, 512); err != nil {
+			b.Fatal(err)
+		}
+	}
 	return d
 }
 
 // BenchmarkDecodeStep runs decode steps of 256 sequences of 32k tokens: one
-// Append per sequence, then (tables) the block table of every slice of
-// every sequence, as a server fetches them for the step's kernels. Every
-// 512 steps the sequences are truncated back (timer stopped). One
-// iteration is one step.
+// Append per sequence, then the block table of every slice of every
+// sequence, as a server fetches them for the step's kernels: none
+// ("append"), one BlockTable copy per sequence and slice ("per-slice"), or
+// one BlockTables call for the batch ("batched"). Every 512 steps the
+// sequences are truncated back (timer stopped). One iteration is one step.
+// The seed model's paged per-layer layout has 28 units per block (one per
+// layer); the all-layers layout one, as vLLM's and TensorRT-LLM's blocks.
 func BenchmarkDecodeStep(b *testing.B) {
 	const batch, ctx, period = 256, 32 << 10, 512
-	for _, tables := range []bool{false, true} {
-		name := "append"
-		if tables {
-			name = "append+tables"
+	for _, kind := range []layout.Kind{layout.PagedLayer, layout.AllLayers} {
+		for _, tables := range []string{"append", "per-slice", "batched"} {
+			name := tables
+			if kind == layout.AllLayers {
+				name = "all-layers/" + tables
+			}
+			b.Run(name, func(b *testing.B) { decodeSteps(b, kind, tables, batch, ctx, period) })
 		}
-		b.Run(name, func(b *testing.B) {
-			d := newDecodeBatch(b, batch, ctx)
-			c := d.c
-			var dst []int32
-			slices := c.Layout().UnitsPerBlock()
-			tok := uint32(0)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if i > 0 && i%period == 0 {
-					b.StopTimer()
-					for _, id := range d.ids {
-						if _, err := c.Truncate(id, period); err != nil {
-							b.Fatal(err)
-						}
-					}
-					b.StartTimer()
+	}
+}
+
+func decodeSteps(b *testing.B, kind layout.Kind, tables string, batch, ctx, period int) {
+	l, err := layout.New(layout.SeedModel(), kind, 16)
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := newDecodeBatchOf(b, l, batch, ctx)
+	c := d.c
+	var dst []int32
+	var st StepTables
+	slices := c.Layout().UnitsPerBlock()
+	tok := uint32(0)
+	read := 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if i > 0 && i%period == 0 {
+			b.StopTimer()
+			for _, id := range d.ids {
+				if _, err := c.Truncate(id, period); err != nil {
+					b.Fatal(err)
 				}
-				tok++
-				for _, id := range d.ids {
-					if _, err := c.Append(id, tok); err != nil {
+			}
+			b.StartTimer()
+		}
+		tok++
+		for _, id := range d.ids {
+			if _, err := c.Append(id, tok); err != nil {
+				b.Fatal(err)
+			}
+		}
+		switch tables {
+		case "per-slice":
+			for _, id := range d.ids {
+				for s := range slices {
+					var err error
+					if dst, err = c.BlockTable(dst[:0], id, s); err != nil {
 						b.Fatal(err)
 					}
 				}
-				if !tables {
-					continue
-				}
-				for _, id := range d.ids {
-					for s := range slices {
-						var err error
-						if dst, err = c.BlockTable(dst[:0], id, s); err != nil {
-							b.Fatal(err)
-						}
+			}
+			read += len(dst)
+		case "batched":
+			if err := c.BlockTables(&st, d.ids...); err != nil {
+				b.Fatal(err)
+			}
+			read += len(st.Table(batch-1, slices-1))
+		}
+	}
+	_ = read
+}
+
+// BenchmarkBlockTables fetches the block tables of every slice of 256
+// sequences of 32k tokens (28 slices × 2048 blocks each), without decoding:
+// one BlockTable copy per sequence and slice against one BlockTables call.
+func BenchmarkBlockTables(b *testing.B) {
+	const batch, ctx = 256, 32 << 10
+	d := newDecodeBatch(b, batch, ctx)
+	c := d.c
+	slices := c.Layout().UnitsPerBlock()
+	b.Run("per-slice", func(b *testing.B) {
+		var dst []int32
+		b.ReportAllocs()
+		for b.Loop() {
+			for _, id := range d.ids {
+				for s := range slices {
+					var err error
+					if dst, err = c.BlockTable(dst[:0], id, s); err != nil {
+						b.Fatal(err)
 					}
 				}
 			}
-		})
-	}
+		}
+	})
+	b.Run("batched", func(b *testing.B) {
+		var st StepTables
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := c.BlockTables(&st, d.ids...); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

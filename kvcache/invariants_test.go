@@ -135,30 +135,30 @@ func (c *Cache) checkAccounting(policies bool) error {
 		for sl := range c.geom.slices {
 			u := c.units.id(int32(b), sl)
 			p := c.poolOf(u)
-			if c.units.pins[c.units.ix(u)] != want[u] {
-				return fmt.Errorf("unit %d (block %d slice %d): %d pins, want %d", u, b, sl, c.units.pins[c.units.ix(u)], want[u])
+			if c.units.of(u).pins != want[u] {
+				return fmt.Errorf("unit %d (block %d slice %d): %d pins, want %d", u, b, sl, c.units.of(u).pins, want[u])
 			}
-			switch c.units.tier[c.units.ix(u)] {
+			switch c.units.of(u).tier {
 			case Dropped:
-				if c.units.slot[c.units.ix(u)] != -1 || c.units.pins[c.units.ix(u)] != 0 {
-					return fmt.Errorf("dropped unit %d has slot %d pins %d", u, c.units.slot[c.units.ix(u)], c.units.pins[c.units.ix(u)])
+				if c.units.of(u).slot != -1 || c.units.of(u).pins != 0 {
+					return fmt.Errorf("dropped unit %d has slot %d pins %d", u, c.units.of(u).slot, c.units.of(u).pins)
 				}
 			default:
-				t := c.units.tier[c.units.ix(u)]
+				t := c.units.of(u).tier
 				if t > tiers {
 					return fmt.Errorf("unit %d on tier %d of %d", u, t, tiers)
 				}
 				held++
-				if t != GPU && c.units.pins[c.units.ix(u)] != 0 {
+				if t != GPU && c.units.of(u).pins != 0 {
 					return fmt.Errorf("unit %d on %s is pinned", u, t)
 				}
 				a := c.tiers.arena(t, p)
-				s := c.units.slot[c.units.ix(u)]
+				s := c.units.of(u).slot
 				if s < 0 || int(s) >= a.capacity() || a.owner[s] != u {
 					return fmt.Errorf("unit %d on %s slot %d, owner there %d", u, t, s, a.owner[s])
 				}
 				counts[p][t].used++
-				if c.units.pins[c.units.ix(u)] > 0 {
+				if c.units.of(u).pins > 0 {
 					counts[p][t].pinned++
 				}
 			}

@@ -20,7 +20,7 @@ import (
 // held; sinkCallbacks the one that calls the event sink.
 var (
 	heldCallbacks = funcNames(
-		(*arena).policyInsert, (*arena).policyPin, (*arena).policyUnpin, (*arena).policyRemove,
+		(*arena).policyInsert, (*arena).policyInsertPinned, (*arena).policyPin, (*arena).policyUnpin, (*arena).policyRemove,
 		(*arena).policyAccess, (*arena).policyEvict, (*arena).policyBegin, (*arena).policyCommit,
 		(*arena).policyRollback, (*Cache).copyBatch, (*Cache).decide)
 	sinkCallbacks = funcNames((*eventLog).callSink)
@@ -93,7 +93,10 @@ func (c *Cache) unlock(err *error) {
 	c.collectPending()
 	c.pruneMetadata()
 	c.reportBreach(err)
-	c.fillStats(&c.snap)
+	if !c.statsUnchanged {
+		c.fillStats(&c.snap)
+	}
+	c.statsUnchanged = false
 	b, ok := c.events.publish()
 	c.mu.Unlock()
 	if ok {

@@ -28,7 +28,7 @@ func (c *Cache) mergeBlock(s *sequence, i int, n *radix.Node[int32]) {
 		pins, slot := c.units.pinsOf(u), c.units.slotOf(u)
 		ga.remove(u, pins > 0)
 		c.units.place(u, Dropped, -1)
-		c.units.pins[c.units.ix(u)] = 0
+		c.units.of(u).pins = 0
 		c.units.blocks[b].held--
 		if c.units.tierOf(x) == GPU {
 			ga.push(slot)
@@ -63,7 +63,7 @@ func (c *Cache) mergeBlock(s *sequence, i int, n *radix.Node[int32]) {
 			c.emitMove(x, Dropped, GPU)
 		}
 		c.units.place(x, GPU, slot)
-		c.units.pins[c.units.ix(x)] = pins
+		c.units.of(x).pins = pins
 	}
 	for j, u := range s.stepPins {
 		if c.units.block(u) == b {

@@ -434,7 +434,7 @@ func (h *harness) checkLedger() {
 		tiers, ok := h.routed[n.Hash()]
 		require.True(h.t, ok, "step %d: the router does not know block %x", h.steps, n.Hash())
 		for sl := range c.geom.slices {
-			require.Equal(h.t, c.units.tier[c.units.ix(c.units.id(n.Value, sl))], tiers[sl], "step %d: router's tier of block %x slice %d", h.steps, n.Hash(), sl)
+			require.Equal(h.t, c.units.of(c.units.id(n.Value, sl)).tier, tiers[sl], "step %d: router's tier of block %x slice %d", h.steps, n.Hash(), sl)
 		}
 	}
 }
@@ -463,21 +463,21 @@ func (h *harness) predictAcquire(req Request) (expectedAcquire, int) {
 	for i, n := range nodes {
 		dropped := false
 		for sl := range c.geom.slices {
-			dropped = dropped || c.units.tier[c.units.ix(c.units.id(n.Value, sl))] == Dropped
+			dropped = dropped || c.units.of(c.units.id(n.Value, sl)).tier == Dropped
 		}
 		if dropped {
 			// Recomputed whole into a private copy: every unit fresh.
 			e.recompute += min((i+1)*B, len(req.Tokens)) - i*B
 			e.fresh += c.geom.slices
 			for sl := range c.geom.slices {
-				if t := c.units.tier[c.units.ix(c.units.id(n.Value, sl))]; t != GPU && t != Dropped {
+				if t := c.units.of(c.units.id(n.Value, sl)).tier; t != GPU && t != Dropped {
 					released++
 				}
 			}
 			continue
 		}
 		for sl := range c.geom.slices {
-			switch c.units.tier[c.units.ix(c.units.id(n.Value, sl))] {
+			switch c.units.of(c.units.id(n.Value, sl)).tier {
 			case GPU:
 				e.hits++
 			default: // on a lower tier (none dropped here)
@@ -578,7 +578,7 @@ func (h *harness) snapshot() snapshot {
 		var state []string
 		for sl := range c.geom.slices {
 			u := c.units.id(int32(b), sl)
-			state = append(state, fmt.Sprintf("%s/%d/%d", c.units.tier[c.units.ix(u)], c.units.slot[c.units.ix(u)], c.units.pins[c.units.ix(u)]))
+			state = append(state, fmt.Sprintf("%s/%d/%d", c.units.of(u).tier, c.units.of(u).slot, c.units.of(u).pins))
 		}
 		s.units[key] = fmt.Sprintf("refs %d held %d %v", r.refs, r.held, state)
 	}
@@ -601,8 +601,8 @@ func (h *harness) pinnedSlots() map[string]string {
 		}
 		for sl := range c.geom.slices {
 			u := c.units.id(int32(b), sl)
-			if c.units.pins[c.units.ix(u)] > 0 {
-				out[fmt.Sprintf("%x/%d", r.node.Hash(), sl)] = fmt.Sprintf("%s/%d", c.units.tier[c.units.ix(u)], c.units.slot[c.units.ix(u)])
+			if c.units.of(u).pins > 0 {
+				out[fmt.Sprintf("%x/%d", r.node.Hash(), sl)] = fmt.Sprintf("%s/%d", c.units.of(u).tier, c.units.of(u).slot)
 			}
 		}
 	}
@@ -770,10 +770,10 @@ func (h *harness) checkBytes() {
 		ph := prefixHashes(keys, tokens)
 		for sl := range c.geom.slices {
 			u := c.units.id(int32(b), sl)
-			if c.units.tier[c.units.ix(u)] == Dropped {
+			if c.units.of(u).tier == Dropped {
 				continue
 			}
-			buf := h.store.Bytes(c.units.tier[c.units.ix(u)], c.poolOf(u), c.units.slot[c.units.ix(u)])
+			buf := h.store.Bytes(c.units.of(u).tier, c.poolOf(u), c.units.of(u).slot)
 			for o := range int64(len(buf)) {
 				t := int((o / str.Token) % int64(B))
 				if t >= valid || !written(idx*B+t) {
@@ -781,7 +781,7 @@ func (h *harness) checkBytes() {
 				}
 				if buf[o] != expectedByte(ph[idx*B+t], sl, o) {
 					h.t.Fatalf("step %d: block %d (index %d, tree %t) slice %d on %s slot %d: byte %d corrupted",
-						h.steps, b, idx, r.node != nil, sl, c.units.tier[c.units.ix(u)], c.units.slot[c.units.ix(u)], o)
+						h.steps, b, idx, r.node != nil, sl, c.units.of(u).tier, c.units.of(u).slot, o)
 				}
 			}
 		}
@@ -1031,7 +1031,7 @@ func (h *harness) partlyDropped() map[uint64]bool {
 			continue
 		}
 		for sl := range c.geom.slices {
-			if c.units.tier[c.units.ix(c.units.id(n.Value, sl))] == Dropped {
+			if c.units.of(c.units.id(n.Value, sl)).tier == Dropped {
 				out[n.Hash()] = true
 				break
 			}

@@ -63,8 +63,13 @@ func requireAccountingExact(t *testing.T, c *Cache) {
 func TestPolicyPanicIsRecovered(t *testing.T) {
 	for _, method := range []string{"Insert", "Access", "Pin", "Unpin", "Remove", "Evict"} {
 		for _, tier := range []Tier{GPU, CPU} {
-			if tier == CPU && method == "Access" {
-				continue // hits are GPU hits
+			if tier == CPU && (method == "Access" || method == "Unpin") {
+				// Hits are GPU hits; a unit an operation pins on the
+				// CPU (an onboard) leaves it at commit, so the CPU
+				// hears Unpin only when a copy-on-write source or a
+				// rollback lets go of one, which the chaos model
+				// tests drive.
+				continue
 			}
 			// A dry run counts the calls, so that every call is tried.
 			_, pp, _ := runPanicScenario(t, method, tier, 0)

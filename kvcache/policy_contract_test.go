@@ -54,22 +54,24 @@ func refusingCache(t *testing.T, gpu, cpu Capacity, mover Mover, fifo bool) (*Ca
 	return c, gp, cp
 }
 
-// requireSlotsAddUp checks that every slot of both tiers is free, pinned
-// or cached: what must hold even in a poisoned cache.
-func requireSlotsAddUp(t *testing.T, c *Cache) {
+// requireSlotsAddUp checks that every slot of every tier is free, pinned
+// or cached: what must hold even in a poisoned cache. Unless a policy
+// refused a unit placed at commit (which stays, untracked by it), every
+// policy also tracks its arena's units: policies says whether to check.
+func requireSlotsAddUp(t *testing.T, c *Cache, policies bool) {
 	t.Helper()
 	st := c.Stats()
-	for _, ts := range []TierStats{st.Tier(GPU), st.Tier(CPU)} {
+	for _, ts := range st.Tiers {
 		require.Equal(t, ts.Capacity, ts.Free+ts.Pinned+ts.Cached)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for p := range c.geom.pools {
-		for _, a := range []*arena{c.tiers.arena(GPU, p), c.tiers.arena(CPU, p)} {
-			require.Equal(t, a.capacity()-len(a.free), a.tracked, "%s pool %d: used slots and tracked units", a.tier, p)
-			require.Equal(t, a.tracked, a.policy.Len(), "%s pool %d: tracked units and policy", a.tier, p)
+	c.tiers.each(func(a *arena) {
+		require.Equal(t, a.capacity()-len(a.free), a.tracked, "%s pool %d: used slots and tracked units", a.tier, a.pool)
+		if policies {
+			require.Equal(t, a.tracked, a.policy.Len(), "%s pool %d: tracked units and policy", a.tier, a.pool)
 		}
-	}
+	})
 }
 
 // requirePoisoned checks that every call that changes the cache now fails
@@ -120,9 +122,9 @@ func TestPolicyRefusesReinsertOnRollback(t *testing.T) {
 	finish(t, c, a.Seq)
 	live, err := c.Acquire(Request{}) // an empty sequence, to call methods on
 	require.NoError(t, err)
-	// Inserts 5 and 6 take the two fresh units; the failed copy rolls them
-	// back and re-inserts the victims: insert 7 is refused.
-	gp.refuseAt = 7
+	// The policies hear of the fresh units only at commit; the failed
+	// copy rolls back and re-inserts the two victims: insert 5 is refused.
+	gp.refuseAt = 5
 	mover.armed = true
 	var p Plan
 	require.NotPanics(t, func() { p, err = c.Acquire(Request{Tokens: seqTokens(4, 100)}) })
@@ -131,10 +133,10 @@ func TestPolicyRefusesReinsertOnRollback(t *testing.T) {
 	require.NotErrorIs(t, err, ErrCopyFailed, "exactly one sentinel")
 	require.ErrorContains(t, err, "copy failed")
 	require.Zero(t, p.Seq)
-	require.Equal(t, 8, gp.inserts)
+	require.Equal(t, 6, gp.inserts)
 	// The refused victim was dropped; the other went back to its slot.
 	require.NoError(t, c.checkInvariants())
-	requireSlotsAddUp(t, c)
+	requireSlotsAddUp(t, c, true)
 	st := c.Stats()
 	require.Equal(t, uint64(1), st.Tier(GPU).Drops)
 	require.Equal(t, int64(3), st.Tier(GPU).Cached)
@@ -143,28 +145,37 @@ func TestPolicyRefusesReinsertOnRollback(t *testing.T) {
 	requirePoisoned(t, c, live.Seq)
 }
 
-// TestPolicyRefusesNeededUnit: the GPU policy refuses a fresh unit; the
-// Acquire is rolled back exactly and the cache is poisoned.
+// TestPolicyRefusesNeededUnit: the GPU policy refuses a fresh unit. Its
+// policy hears of it when the operation commits, after its copies: the
+// Acquire is done (a breach met during a commit does not roll back), the
+// cache is poisoned, and the unit is accounted for in its slot.
 func TestPolicyRefusesNeededUnit(t *testing.T) {
 	c, gp, _ := refusingCache(t, Capacity{Units: 8}, Capacity{}, nil, false)
-	live, err := c.Acquire(Request{Tokens: seqTokens(4, 0)}) // inserts 1, 2
+	live, err := c.Acquire(Request{Tokens: seqTokens(4, 0)}) // inserts 1, 2 (never committed)
 	require.NoError(t, err)
-	before := c.Stats()
 	gp.refuseAt = 4
-	_, err = c.Acquire(Request{Tokens: seqTokens(8, 0)}) // hits block 0, inserts 3, 4
+	p, err := c.Acquire(Request{Tokens: seqTokens(8, 0)}) // computes two blocks: inserts 3 to 6
 	require.ErrorIs(t, err, ErrPolicy)
 	require.ErrorIs(t, err, errRefused)
 	require.NotErrorIs(t, err, ErrInvalidConfig)
-	require.NoError(t, c.checkInvariants())
-	require.Equal(t, before, c.Stats())
+	require.NoError(t, c.checkAccounting(false))
+	requireSlotsAddUp(t, c, false)
+	st := c.Stats()
+	require.Equal(t, int64(6), st.Tier(GPU).Pinned, "both sequences' units, the refused one included")
+	require.Equal(t, 2, st.Sequences)
+	tb, err := c.BlockTable(nil, p.Seq, 0)
+	require.NoError(t, err)
+	require.NotContains(t, tb, int32(-1), "the second sequence has its slots")
 	requirePoisoned(t, c, live.Seq)
 }
 
-// TestPolicyRefusesOffload: the CPU policy refuses a GPU victim right after
-// dropping a CPU victim to make room for it. Before ErrPolicy the cache
-// dropped the GPU victim instead but also committed the CPU victim's drop
-// although the CPU victim had been put back: its slot was both free-able
-// and tracked.
+// TestPolicyRefusesOffload: the CPU policy refuses a GPU victim moved into
+// the slot of a CPU victim it dropped. Its policy hears of it at commit,
+// after the copy: the operation is done, the cache poisoned, and the moved
+// unit accounted for in its CPU slot. (Before ErrPolicy, the cache dropped
+// the GPU victim instead but also committed the CPU victim's drop although
+// the CPU victim had been put back: its slot was both free-able and
+// tracked.)
 func TestPolicyRefusesOffload(t *testing.T) {
 	c, _, cp := refusingCache(t, Capacity{Units: 4}, Capacity{Units: 4}, nil, false)
 	// Fill the GPU, then the CPU with offloads.
@@ -177,14 +188,15 @@ func TestPolicyRefusesOffload(t *testing.T) {
 	finish(t, c, b.Seq)
 	live, err := c.Acquire(Request{})
 	require.NoError(t, err)
-	before := c.Stats()
 	cp.refuseAt = 5 // the next offload, into the slot of a dropped CPU victim
 	_, err = c.Acquire(Request{Tokens: seqTokens(4, 200)})
 	require.ErrorIs(t, err, ErrPolicy)
 	require.ErrorIs(t, err, errRefused)
-	require.NoError(t, c.checkInvariants())
-	requireSlotsAddUp(t, c)
-	require.Equal(t, before, c.Stats())
+	require.NoError(t, c.checkAccounting(false))
+	requireSlotsAddUp(t, c, false)
+	st := c.Stats()
+	require.Equal(t, int64(4), st.Tier(CPU).Cached, "the CPU is full: the refused unit holds its slot")
+	require.Equal(t, uint64(6), st.Offloads, "4 before, 2 by the failed call")
 	requirePoisoned(t, c, live.Seq)
 }
 
@@ -289,8 +301,8 @@ func TestPolicyEvictsWhatItMustNot(t *testing.T) {
 			c.mu.Lock()
 			pinned := c.units.id(c.seqs[live.Seq].blocks[0], 0)
 			var cpu UnitID
-			for u, tier := range c.units.tier {
-				if tier == CPU {
+			for u, st := range c.units.state {
+				if st.tier == CPU {
 					b := int32(u >> c.geom.sliceShift)
 					cpu = c.units.id(b, c.units.slice(UnitID(u)))
 				}
@@ -369,7 +381,7 @@ func TestCPUPolicyEvictsAPinnedUnit(t *testing.T) {
 	nodes, err := c.tree.Match(nil, radix.Keys{}, x, nil)
 	require.NoError(t, err)
 	onboarding := c.units.id(nodes[0].Value, 0)
-	require.Equal(t, CPU, c.units.tier[c.units.ix(onboarding)])
+	require.Equal(t, CPU, c.units.of(onboarding).tier)
 	c.mu.Unlock()
 	cp := lying()
 	cp.lie = func() (UnitID, bool) { return onboarding, true }

@@ -16,14 +16,24 @@ import "fmt"
 func (c *Cache) syncTables(s *sequence) {
 	n := len(s.blocks)
 	if s.tables == nil {
+		// One array for every slice, with room for a quarter more blocks
+		// (a decode adds one every block of tokens): a sequence's tables
+		// cost one allocation, and its first decode steps none.
+		room := n + n/4 + 8
+		back := make([]int32, c.geom.slices*room)
 		s.tables = make([][]int32, c.geom.slices)
-	}
-	for sl := range s.tables {
-		tb := s.tables[sl]
-		for len(tb) < n {
-			tb = append(tb, -1)
+		for sl := range s.tables {
+			s.tables[sl] = back[sl*room : sl*room : (sl+1)*room]
 		}
-		s.tables[sl] = tb[:n]
+	}
+	if len(s.tables[0]) != n {
+		for sl := range s.tables {
+			tb := s.tables[sl]
+			for len(tb) < n {
+				tb = append(tb, -1)
+			}
+			s.tables[sl] = tb[:n]
+		}
 	}
 	span := s.span()
 	for _, u := range c.tx.unpins {
@@ -92,24 +102,26 @@ func (s *sequence) table(sl int) []int32 {
 // tables.
 type StepTables struct {
 	slices int
+	seqs   []stepTable
+}
+
+// stepTable is one sequence's tables in a StepTables: its tables per
+// slice, of n blocks.
+type stepTable struct {
 	tables [][]int32
+	n      int
 }
 
 // Len returns the number of sequences of the batch.
-func (t *StepTables) Len() int {
-	if t.slices == 0 {
-		return 0
-	}
-	return len(t.tables) / t.slices
-}
+func (t *StepTables) Len() int { return len(t.seqs) }
 
 // Table returns the block table of slice s of the i-th sequence of the
 // batch (see BlockTable), or nil when i or s is out of range.
 func (t *StepTables) Table(i, s int) []int32 {
-	if i < 0 || s < 0 || s >= t.slices || i >= t.Len() {
+	if i < 0 || s < 0 || s >= t.slices || i >= len(t.seqs) || t.seqs[i].tables == nil {
 		return nil
 	}
-	return t.tables[i*t.slices+s]
+	return t.seqs[i].tables[s][:t.seqs[i].n]
 }
 
 // BlockTables fills t with the block tables of every slice of each
@@ -117,7 +129,7 @@ func (t *StepTables) Table(i, s int) []int32 {
 // server calls it once per scheduling step, after the step's Appends (or
 // SparseAccess calls), instead of BlockTable once per sequence and slice.
 // It copies no entry (see StepTables), so its cost is a few nanoseconds per
-// sequence and slice whatever the context.
+// sequence whatever the context and the number of slices.
 //
 // It returns an error wrapping ErrUnknownSequence, naming the first id that
 // is not live; t is then empty.
@@ -127,16 +139,15 @@ func (c *Cache) BlockTables(t *StepTables, ids ...SeqID) error {
 	}
 	defer c.mu.Unlock()
 	t.slices = c.geom.slices
-	t.tables = t.tables[:0]
+	t.seqs = t.seqs[:0]
 	for _, id := range ids {
 		q, err := c.lookup(id)
 		if err != nil {
-			t.tables = t.tables[:0]
+			clear(t.seqs)
+			t.seqs = t.seqs[:0]
 			return err
 		}
-		for sl := range c.geom.slices {
-			t.tables = append(t.tables, q.table(sl))
-		}
+		t.seqs = append(t.seqs, stepTable{tables: q.tables, n: len(q.blocks)})
 	}
 	return nil
 }

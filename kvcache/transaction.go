@@ -17,12 +17,13 @@ import (
 //     every GPU pool's capacity is checked (free slots plus evictable
 //     units) before any policy hears of anything: ErrNoSpace leaves every
 //     policy untouched;
-//  3. the policies are told (pins, unpins), GPU slots are taken, evicting
-//     victims that move down the tiers or are dropped (see takeSlot), and
-//     one ordered batch of copies is planned, each victim's move before
-//     the copy that reuses its slot;
+//  3. the policies are told the pins and unpins, GPU slots are taken,
+//     evicting victims that move down the tiers or are dropped (see
+//     takeSlot), and one ordered batch of copies is planned, each victim's
+//     move before the copy that reuses its slot;
 //  4. the batch goes to the Mover;
-//  5. commit: units change tier, victims leave, events and counters.
+//  5. commit: units change tier, victims leave, the policies hear of the
+//     units placed in their arenas (Insert), events and counters.
 //
 // Every change before the commit is logged, and a failure at any step
 // undoes the log newest first, so a failed operation leaves every block
@@ -68,7 +69,6 @@ const (
 	undoUnpin                       // a GPU pin was removed from u
 	undoPinResident                 // u was pinned where it is, in its (tier, pool) arena
 	undoSlot                        // a slot was taken: from the free list (u == noUnit) or from victim u
-	undoInsert                      // u was inserted, pinned, into (tier, pool) at slot
 	undoDrop                        // a victim of block b is to be dropped: b's held count went down
 	undoAlloc                       // block record b was allocated
 	undoRef                         // a reference to block b was added
@@ -178,8 +178,8 @@ func (c *Cache) ref(b int32, sparse bool) {
 // pinUnit adds a pin to u, which is on the GPU.
 func (c *Cache) pinUnit(u UnitID) {
 	i := c.units.ix(u)
-	c.units.pins[i]++
-	if c.units.pins[i] == 1 {
+	c.units.state[i].pins++
+	if c.units.state[i].pins == 1 {
 		c.tiers.arena(GPU, c.poolOf(u)).pin(u)
 	}
 }
@@ -187,8 +187,8 @@ func (c *Cache) pinUnit(u UnitID) {
 // unpinUnit removes a pin from u, which is on the GPU.
 func (c *Cache) unpinUnit(u UnitID) {
 	i := c.units.ix(u)
-	c.units.pins[i]--
-	if c.units.pins[i] == 0 {
+	c.units.state[i].pins--
+	if c.units.state[i].pins == 0 {
 		c.tiers.arena(GPU, c.poolOf(u)).unpin(u)
 	}
 }
@@ -282,14 +282,11 @@ func (c *Cache) execute() error {
 		if err != nil {
 			return c.abort(err)
 		}
+		// The slot is the unit's from now on; its policy hears of it at
+		// commit (no policy can pick a unit it does not know, and no
+		// rollback has to take it back).
 		n.slot = s
-		a := c.tiers.arena(GPU, p)
-		a.owner[s] = n.u
-		if err := a.insert(n.u, c.entryOf(n.u), true); err != nil {
-			return c.abort(c.poison(a, "Insert of unit %d: %w", n.u, err))
-		}
-		c.units.pins[c.units.ix(n.u)] = 1
-		t.log(undoRec{kind: undoInsert, tier: GPU, pool: int32(p), slot: s, u: n.u})
+		c.tiers.arena(GPU, p).owner[s] = n.u
 		switch n.act {
 		case actOnboard:
 			t.batch = append(t.batch, Copy{Pool: p, From: n.from, FromSlot: c.units.slotOf(n.u), To: GPU, ToSlot: s})
@@ -332,11 +329,10 @@ func (c *Cache) stage() error {
 	t.perPool = t.perPool[:2*np]
 	clear(t.perPool)
 	need, gained := t.perPool[:np], t.perPool[np:]
-	pins := c.units.pins
 	for _, u := range t.unpins {
-		i := c.units.ix(u)
-		pins[i]--
-		if pins[i] == 0 {
+		st := c.units.of(u)
+		st.pins--
+		if st.pins == 0 {
 			t.crossings = append(t.crossings, u)
 			gained[c.poolOf(u)]--
 		}
@@ -355,12 +351,12 @@ func (c *Cache) stage() error {
 			need[p]++
 			continue
 		}
-		i := c.units.ix(u)
-		n.pinned = pins[i] == 0
+		st := c.units.of(u)
+		n.pinned = st.pins == 0
 		if n.pinned {
 			gained[p]++
 		}
-		pins[i]++
+		st.pins++
 	}
 	for p := range np {
 		// A unit that becomes pinned is one evictable unit fewer.
@@ -378,13 +374,13 @@ func (c *Cache) unstage() {
 		n := &t.needs[i]
 		switch {
 		case n.act == actHit:
-			c.units.pins[c.units.ix(n.u)]--
+			c.units.of(n.u).pins--
 		case n.act == actCopy && n.from == GPU:
-			c.units.pins[c.units.ix(n.src)]--
+			c.units.of(n.src).pins--
 		}
 	}
 	for _, u := range t.unpins {
-		c.units.pins[c.units.ix(u)]++
+		c.units.of(u).pins++
 	}
 	t.crossings = t.crossings[:0]
 }
@@ -490,14 +486,9 @@ func (c *Cache) takeSlot(t Tier, p int) (slot int32, ok bool, err error) {
 			return 0, false, err
 		}
 		if ok {
-			da := c.tiers.arena(t+1, p)
-			da.owner[ds] = v
-			if err := da.insert(v, c.entryOf(v), true); err != nil {
-				// The rollback gives ds back (to the free list or to
-				// the victim that left it) and v its slot.
-				return 0, false, c.poison(da, "Insert of unit %d: %w", v, err)
-			}
-			tx.log(undoRec{kind: undoInsert, tier: t + 1, pool: int32(p), slot: ds, u: v})
+			// Reserved for v, which the tier's policy hears of at
+			// commit, like every unit an operation places.
+			c.tiers.arena(t+1, p).owner[ds] = v
 			tx.batch = append(tx.batch, Copy{Pool: p, From: t, FromSlot: s, To: t + 1, ToSlot: ds})
 			to = ds
 		}
@@ -542,11 +533,6 @@ func (c *Cache) undoOne(r undoRec) {
 		c.pinUnit(r.u)
 	case undoPinResident:
 		c.tiers.arena(r.tier, int(r.pool)).unpinResident(r.u, c.units.slotOf(r.u))
-	case undoInsert:
-		c.tiers.arena(r.tier, int(r.pool)).remove(r.u, true)
-		if r.tier == GPU {
-			c.units.pins[c.units.ix(r.u)] = 0
-		}
 	case undoSlot:
 		a := c.tiers.arena(r.tier, int(r.pool))
 		if r.u == noUnit {
@@ -628,6 +614,17 @@ func (c *Cache) dropUnit(u UnitID) {
 	}
 }
 
+// place tells the policy of arena a about u, which the committing
+// transaction put in one of a's slots (pinned: a unit a sequence uses). A
+// policy that refuses it poisons the cache, and u is counted as tracked all
+// the same: the operation's copies are done, so it stays.
+func (c *Cache) place(a *arena, u UnitID, pinned bool) {
+	if err := a.insert(u, c.entryOf(u), pinned); err != nil {
+		c.poison(a, "Insert of unit %d: %w", u, err)
+		a.track(pinned)
+	}
+}
+
 // commit applies a successful transaction and closes it.
 func (c *Cache) commit() {
 	t := &c.tx
@@ -638,7 +635,7 @@ func (c *Cache) commit() {
 		a.evictions++
 		if v.to >= 0 {
 			da := c.tiers.arena(v.tier+1, int(v.pool))
-			da.unpin(v.u)
+			c.place(da, v.u, false)
 			da.moved++
 			c.units.place(v.u, v.tier+1, v.to)
 			c.st.offloads++
@@ -682,6 +679,8 @@ func (c *Cache) commit() {
 			c.emitMove(n.u, Dropped, GPU)
 		}
 		c.units.place(n.u, GPU, n.slot)
+		c.units.of(n.u).pins = 1
+		c.place(c.tiers.arena(GPU, p), n.u, true)
 	}
 	for _, tp := range t.temps {
 		if tp.tier == GPU {

@@ -38,7 +38,7 @@ const maxSliceShift = 64 - recordBits - minGenBits
 // records are reused: freeing a record moves its generation on, and a
 // record whose generations run out is retired, never reused.
 //
-// The state of a unit (tier, slot, pins) lives in flat arrays indexed by
+// The state of a unit (tier, slot, pins) lives in a flat array indexed by
 // the id without its generation (ix), 2^sliceShift entries per record, so
 // that the hot paths read it without a map.
 type unitTable struct {
@@ -47,16 +47,22 @@ type unitTable struct {
 	indexMask  UnitID
 	maxGen     uint32
 
-	// tier, slot and pins are indexed by ix(u). A unit is on a tier with
-	// a slot there, or Dropped with slot -1; pins counts the sequences
-	// (and the running transaction) that pin it on the GPU.
-	tier []Tier
-	slot []int32
-	pins []int32
+	// state is indexed by ix(u): one record per unit, so that the hot
+	// paths read a unit's tier, slot and pins with one memory access.
+	state []unitState
 
 	blocks  []blockRec
 	free    []int32 // records to reuse, last freed first
 	retired int     // records whose generations ran out
+}
+
+// unitState is where a unit is: on a tier with a slot there, or Dropped
+// with slot -1; pins counts the sequences (and the running transaction)
+// that pin it on the GPU.
+type unitState struct {
+	slot int32
+	pins int32
+	tier Tier
 }
 
 // blockRec is the cache's record of one token block: its node in the prefix
@@ -122,9 +128,7 @@ func (t *unitTable) alloc(index, chunks int, prio int, dur time.Duration) int32 
 		b = int32(len(t.blocks))
 		t.blocks = append(t.blocks, blockRec{})
 		for range 1 << t.sliceShift {
-			t.tier = append(t.tier, Dropped)
-			t.slot = append(t.slot, -1)
-			t.pins = append(t.pins, 0)
+			t.state = append(t.state, unitState{slot: -1})
 		}
 	}
 	t.blocks[b] = blockRec{index: int32(index), chunks: int32(max(chunks, index+1)),
@@ -175,20 +179,23 @@ func (t *unitTable) rec(u UnitID) *blockRec { return &t.blocks[t.block(u)] }
 // it is now (its record's current generation): false for garbage and for a
 // unit of a block forgotten since.
 func (t *unitTable) current(u UnitID, slices int) bool {
-	if uint64(t.ix(u)) >= uint64(len(t.tier)) || t.slice(u) >= slices {
+	if uint64(t.ix(u)) >= uint64(len(t.state)) || t.slice(u) >= slices {
 		return false
 	}
 	b := t.block(u)
 	return t.blocks[b].live && t.base(b)|UnitID(t.slice(u)) == u
 }
 
+// of returns the state of unit u, to read or write.
+func (t *unitTable) of(u UnitID) *unitState { return &t.state[t.ix(u)] }
+
 // tierOf, slotOf and pinsOf read a unit's state.
-func (t *unitTable) tierOf(u UnitID) Tier  { return t.tier[t.ix(u)] }
-func (t *unitTable) slotOf(u UnitID) int32 { return t.slot[t.ix(u)] }
-func (t *unitTable) pinsOf(u UnitID) int32 { return t.pins[t.ix(u)] }
+func (t *unitTable) tierOf(u UnitID) Tier  { return t.state[t.ix(u)].tier }
+func (t *unitTable) slotOf(u UnitID) int32 { return t.state[t.ix(u)].slot }
+func (t *unitTable) pinsOf(u UnitID) int32 { return t.state[t.ix(u)].pins }
 
 // place puts u on tier tr at slot s (Dropped: slot -1).
 func (t *unitTable) place(u UnitID, tr Tier, s int32) {
-	i := t.ix(u)
-	t.tier[i], t.slot[i] = tr, s
+	st := &t.state[t.ix(u)]
+	st.tier, st.slot = tr, s
 }

@@ -310,3 +310,22 @@ func checkPinnedAccessIgnored(t *testing.T, newPolicy policyFactory) {
 		}
 	}
 }
+
+// checkInsertPinned holds a policy that implements eviction.PinnedInserter
+// to its claim: InsertPinned(k, e) behaves as Insert(k, e) then Pin(k). A
+// twin that gets Insert and Pin must choose the same victims ever after.
+func checkInsertPinned(t *testing.T, newPolicy policyFactory) {
+	p, _ := newCase(t, newPolicy)
+	if _, ok := p.(eviction.PinnedInserter[int]); !ok {
+		t.Log("the policy does not implement eviction.PinnedInserter: nothing to check")
+		return
+	}
+	for seed := range uint64(4) {
+		for _, prof := range profiles() {
+			d := newDriver(t, newPolicy, 2, 700+seed, prof)
+			d.insertPinned = true
+			d.run(600)
+			d.drain()
+		}
+	}
+}

@@ -48,6 +48,10 @@
 //     Access of a pinned key changes nothing must keep the claim: a twin fed
 //     extra Access calls on pinned keys chooses the same victims. A policy
 //     that makes no claim passes this check trivially.
+//   - A policy that implements [eviction.PinnedInserter] must insert a key
+//     pinned as Insert then Pin would: a twin fed Insert and Pin where it
+//     got InsertPinned returns the same errors and chooses the same victims
+//     ever after. A policy that does not implement it skips this check.
 //   - A policy that implements [eviction.Transactional] must roll back
 //     exactly: random bursts of calls made to it between Begin and
 //     Rollback, which a twin never hears of, leave it choosing the same

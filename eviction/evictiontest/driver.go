@@ -41,13 +41,19 @@ type op struct {
 	// twinOnly marks an operation fed to the first policy only (an injected
 	// no-op whose harmlessness a twin comparison checks).
 	twinOnly bool
+	// pinned marks an Insert of a key pinned at once (InsertPinned).
+	pinned bool
 }
 
 func (o op) String() string {
 	var s string
 	switch o.kind {
 	case opInsert:
-		s = fmt.Sprintf("Insert(%d, {Size:%d Priority:%d Duration:%v}) = %v", o.key, o.entry.Size, o.entry.Priority, o.entry.PriorityDuration, o.err)
+		name := "Insert"
+		if o.pinned {
+			name = "InsertPinned"
+		}
+		s = fmt.Sprintf("%s(%d, {Size:%d Priority:%d Duration:%v}) = %v", name, o.key, o.entry.Size, o.entry.Priority, o.entry.PriorityDuration, o.err)
 	case opEvict:
 		s = fmt.Sprintf("Evict() = %d, %v", o.victim, o.ok)
 	case opAdvance:
@@ -160,6 +166,10 @@ type driver struct {
 	// allowDuplicates lets random Inserts pick tracked keys (all policies
 	// get them and must refuse them).
 	allowDuplicates bool
+	// insertPinned turns a third of the Inserts into an Insert of a key
+	// that is pinned at once: policy 0 gets InsertPinned, the others
+	// Insert then Pin (see eviction.PinnedInserter).
+	insertPinned bool
 }
 
 // historyLen is how many of the last operations a failure message shows.
@@ -246,6 +256,10 @@ func (d *driver) step(kind opKind) {
 			e = d.invalid[d.rng.IntN(len(d.invalid))].entry
 		}
 		d.makeRoom(e.Size)
+		if d.insertPinned && d.rng.IntN(3) == 0 {
+			d.insertPinnedKey(k, e)
+			return
+		}
 		d.insert(k, e, false)
 	case opAccess, opPin, opUnpin, opRemove:
 		d.keyed(kind, d.pickKey(), false)
@@ -317,6 +331,38 @@ func (d *driver) insert(k int, e eviction.Entry, twinOnly bool) {
 	d.record(o)
 	if !tracked && !invalid {
 		d.model.add(k, e.Size)
+	}
+}
+
+// insertPinnedKey inserts k pinned: InsertPinned into policy 0, Insert
+// then (when it succeeds) Pin into the others. The errors must agree, and
+// the victims ever after (checked by every later Evict).
+func (d *driver) insertPinnedKey(k int, e eviction.Entry) {
+	d.t.Helper()
+	_, tracked := d.model.keys[k]
+	invalid := e.Validate() != nil
+	var errs []error
+	for i, p := range d.policies {
+		var err error
+		if i == 0 {
+			err = p.(eviction.PinnedInserter[int]).InsertPinned(k, e)
+		} else if err = p.Insert(k, e); err == nil {
+			p.Pin(k)
+		}
+		errs = append(errs, err)
+	}
+	d.record(op{kind: opInsert, key: k, entry: e, err: errs[0], pinned: true})
+	for i, err := range errs {
+		if (err == nil) != (errs[0] == nil) || (err != nil && errors.Is(err, eviction.ErrKeyExists) != errors.Is(errs[0], eviction.ErrKeyExists)) {
+			d.fail("InsertPinned(%d) returned %v, Insert then Pin of policy %d returned %v", k, errs[0], i, err)
+		}
+	}
+	if errs[0] != nil && !tracked && !invalid {
+		d.fail("InsertPinned of untracked key %d with valid entry returned %v", k, errs[0])
+	}
+	if !tracked && !invalid {
+		d.model.add(k, e.Size)
+		d.model.setPinned(k, true)
 	}
 }
 

@@ -64,6 +64,18 @@ func (p *slicePolicy) Access(k int) {
 // IgnoresPinnedAccess claims what Access does for a correct slicePolicy.
 func (p *slicePolicy) IgnoresPinnedAccess() bool { return true }
 
+// InsertPinned is Insert then Pin, except with the "insertPinnedUnpinned"
+// bug, where it leaves the key evictable.
+func (p *slicePolicy) InsertPinned(k int, e eviction.Entry) error {
+	if err := p.Insert(k, e); err != nil {
+		return err
+	}
+	if p.bug != "insertPinnedUnpinned" {
+		p.Pin(k)
+	}
+	return nil
+}
+
 func (p *slicePolicy) Pin(k int) {
 	i := p.find(k)
 	switch {
@@ -157,6 +169,7 @@ func TestSuiteCatchesBrokenPolicies(t *testing.T) {
 		{"random", []string{"Deterministic"}},
 		{"lenEvictable", []string{"AllPinned", "RandomOps"}},
 		{"accessPinned", []string{"PinnedAccessIgnored"}},
+		{"insertPinnedUnpinned", []string{"InsertPinned"}},
 	}
 	for _, c := range cases {
 		t.Run(c.bug, func(t *testing.T) {

@@ -54,6 +54,7 @@ func Run(t *testing.T, newPolicy func(cfg Config) eviction.Policy[int]) {
 		{"Deterministic", checkDeterministic},
 		{"NoAllocsSteadyState", checkNoAllocs},
 		{"PinnedAccessIgnored", checkPinnedAccessIgnored},
+		{"InsertPinned", checkInsertPinned},
 		{"RollbackIsExact", checkRollbackIsExact},
 	}
 	for _, c := range checks {
