@@ -131,17 +131,10 @@ func (c *Cache) acquireDense(s *sequence, tokens []uint32, nodes []*radix.Node[i
 	c.register(s)
 	plan := Plan{Seq: s.id, Tokens: len(tokens), BeingWrittenTokens: writing}
 	c.fillPlan(&plan, s)
-	compute := s.compute[:0]
-	for _, i := range c.scratch.fresh {
-		end := min((i+1)*B, len(tokens))
-		compute = addRange(compute, i*B, end)
-		if i < matched {
-			plan.RecomputeTokens += end - i*B
-		}
-	}
+	compute, recomputed := c.computeRanges(s, len(tokens), matched)
 	compute = addRange(compute, matched*B, len(tokens))
 	s.compute = compute
-	plan.Compute = compute
+	plan.Compute, plan.RecomputeTokens = compute, recomputed
 	plan.ReusedTokens = len(tokens)
 	for _, r := range compute {
 		plan.ReusedTokens -= r.Len()

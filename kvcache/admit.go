@@ -53,61 +53,16 @@ func (c *Cache) Admit(req Request) (Admission, error) {
 	if err != nil {
 		return Admission{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
-	g := c.geom
-	B := g.blockTokens
-	need := make([]int, len(g.pools))
-	pinning := make([]int, len(g.pools))
+	need := make([]int, len(c.geom.pools))
+	pinning := make([]int, len(c.geom.pools))
 	var a Admission
 	if req.Sparse {
-		k := 0
-		for _, n := range nodes {
-			if !c.whole(n.Value) {
-				break
-			}
-			k++
-		}
-		a.BeingWrittenTokens = c.beingWritten(c.matchState(keys, nodes[:k]), req.Tokens, req.Extra, k)
-		a.ReusedTokens = k * B
-		if len(req.Tokens) > k*B {
-			for p := range g.pools {
-				need[p] = g.pools[p].unitsPerBlock
-			}
-		}
+		a = c.admitSparse(keys, nodes, req, need)
 	} else {
-		// A dense Acquire pins every unit of every prompt block; a block
-		// with a dropped unit is recomputed into a private copy whose
-		// units all need slots.
-		nb := g.numBlocks(len(req.Tokens))
-		compute := 0
-		for i, n := range nodes {
-			if !c.whole(n.Value) {
-				for p := range g.pools {
-					need[p] += g.pools[p].unitsPerBlock
-				}
-				compute += min((i+1)*B, len(req.Tokens)) - i*B
-				continue
-			}
-			for sl := range g.slices {
-				u := c.units.id(n.Value, sl)
-				p := g.slicePool[sl]
-				switch c.units.tierOf(u) {
-				case GPU:
-					if c.units.pinsOf(u) == 0 {
-						pinning[p]++
-					}
-				default:
-					need[p]++ // on a lower tier: onboarded
-				}
-			}
-		}
-		for p := range g.pools {
-			need[p] += (nb - len(nodes)) * g.pools[p].unitsPerBlock
-		}
-		a.ReusedTokens = len(nodes)*B - compute
-		a.BeingWrittenTokens = c.beingWritten(c.matchState(keys, nodes), req.Tokens, req.Extra, len(nodes))
+		a = c.admitDense(keys, nodes, req, need, pinning)
 	}
 	a.Fits = true
-	for p := range g.pools {
+	for p := range c.geom.pools {
 		free := c.tiers.arena(GPU, p).available() - pinning[p]
 		a.NeedSlots += need[p]
 		if need[p] > 0 {
@@ -118,4 +73,67 @@ func (c *Cache) Admit(req Request) (Admission, error) {
 		}
 	}
 	return a, nil
+}
+
+// admitSparse estimates a sparse Acquire of req, whose prompt matches
+// nodes: it takes the prefix of blocks whose units all hold bytes, pinning
+// nothing, and needs one block's slots for its first Append when tokens
+// remain to prefill (added to need, per pool).
+func (c *Cache) admitSparse(keys radix.Keys, nodes []*radix.Node[int32], req Request, need []int) Admission {
+	g := c.geom
+	k := 0
+	for _, n := range nodes {
+		if !c.whole(n.Value) {
+			break
+		}
+		k++
+	}
+	var a Admission
+	a.BeingWrittenTokens = c.beingWritten(c.matchState(keys, nodes[:k]), req.Tokens, req.Extra, k)
+	a.ReusedTokens = k * g.blockTokens
+	if len(req.Tokens) > k*g.blockTokens {
+		for p := range g.pools {
+			need[p] = g.pools[p].unitsPerBlock
+		}
+	}
+	return a
+}
+
+// admitDense estimates a dense Acquire of req, whose prompt matches nodes:
+// it pins every unit of every prompt block, so it needs a slot for every
+// unit not on the GPU (onboarded or fresh; a block with a dropped unit is
+// recomputed into a private copy whose units all need slots), and it makes
+// the unpinned GPU units it hits unevictable (added to need and pinning,
+// per pool).
+func (c *Cache) admitDense(keys radix.Keys, nodes []*radix.Node[int32], req Request, need, pinning []int) Admission {
+	g := c.geom
+	B := g.blockTokens
+	nb := g.numBlocks(len(req.Tokens))
+	compute := 0
+	for i, n := range nodes {
+		if !c.whole(n.Value) {
+			for p := range g.pools {
+				need[p] += g.pools[p].unitsPerBlock
+			}
+			compute += min((i+1)*B, len(req.Tokens)) - i*B
+			continue
+		}
+		for sl := range g.slices {
+			u := c.units.id(n.Value, sl)
+			p := g.slicePool[sl]
+			switch c.units.tierOf(u) {
+			case GPU:
+				if c.units.pinsOf(u) == 0 {
+					pinning[p]++
+				}
+			default:
+				need[p]++ // on a lower tier: onboarded
+			}
+		}
+	}
+	for p := range g.pools {
+		need[p] += (nb - len(nodes)) * g.pools[p].unitsPerBlock
+	}
+	return Admission{ReusedTokens: len(nodes)*B - compute,
+		BeingWrittenTokens: c.beingWritten(c.matchState(keys, nodes), req.Tokens, req.Extra, len(nodes))}
 }

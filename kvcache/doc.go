@@ -1,6 +1,6 @@
 // Package kvcache is the tiered KV cache an inference server talks to on
 // every scheduling step. It owns the bookkeeping: which token blocks are
-// cached, where each unit's bytes live (GPU, CPU or dropped), which requests
+// cached, where each unit's bytes live (which tier, or dropped), which requests
 // share which prefix, what to copy, what to recompute and what to evict
 // next. The server owns the tensors and the kernels; it reads the block
 // tables kvcache gives and executes, through a Mover, the copies kvcache
@@ -12,24 +12,27 @@
 // TokensPerUnit). A unit is one block's KV for one slice of the model (all
 // layers, one layer, or one layer and KV head: see package layout). Each
 // tier keeps one slot arena per layout pool (layers with the same unit size
-// and window), and one eviction policy per arena, keyed by UnitID.
+// and window), and one eviction policy per arena, keyed by UnitID. The
+// tiers are an ordered list (Config.Tiers): the GPU first, usually the CPU
+// second (GPUAndCPU), and any further tiers below.
 //
 // # The life of a request
 //
 //	plan, err := c.Acquire(kvcache.Request{Tokens: prompt, Namespace: tenant})
-//	// copy nothing: plan.Copies were executed by the Mover already
+//	// copy nothing: plan.Executed was done by the Mover already
 //	// compute plan.Compute (uncached and recompute ranges) into the slots of
 //	// c.BlockTable(nil, plan.Seq, slice), then decode:
 //	plan, err = c.Append(plan.Seq, token) // commits the KV computed so far
+//	c.BlockTables(&step, ids...)          // every table of the batch, for the kernels
 //	c.Commit(plan.Seq, plan.Tokens)       // the last step ran: share it too
-//	c.Release(plan.Seq)                    // committed units stay cached
+//	c.Release(plan.Seq)                   // committed units stay cached
 //
 // Acquire matches the longest cached prefix (same namespace, LoRA and extra
 // keys: different namespaces never share anything), pins every unit the
-// request uses on the GPU, copies CPU units back, gives dropped or missing
+// request uses on the GPU, copies units back from lower tiers, gives dropped or missing
 // units fresh slots and returns the token ranges to compute (a block with a
-// dropped unit is recomputed whole, into a private copy, so its CPU units
-// are not copied back). Admit answers how many GPU slots a prompt would
+// dropped unit is recomputed whole, into a private copy, so its units on
+// lower tiers are not copied back). Admit answers how many GPU slots a prompt would
 // still need. Sparse (BSA, MoBA) requests keep their blocks referenced but
 // pin only what the current step writes; SparseAccess brings the blocks a
 // layer's heads selected to the GPU, so the GPU need not hold the whole
@@ -49,18 +52,15 @@
 //
 // # Tiers and eviction
 //
-// Tiers are exclusive: a unit is on the GPU, on the CPU or dropped.
-// Offloading copies GPU to CPU and frees the GPU slot; onboarding copies
-// back and frees the CPU slot. When a GPU arena needs a slot its policy
-// picks an evictable (unpinned) victim: it is offloaded when the CPU arena
-// has or can make room and the cost model says copying it back is cheaper
-// than recomputing it, and dropped otherwise. A victim whose block already
-// lacks a unit's bytes is dropped whatever the cost model says: the block
-// will be recomputed whole before anything reads that copy (a dense
-// Acquire recomputes it, a sparse one stops before it), sliding-window
-// layers included. Only blocks held by a live sparse sequence are exempt,
-// since SparseAccess restores units one at a time and onboards the rest
-// (see Config.CostModel). CPU victims are dropped.
+// Tiers are exclusive: a unit is on one tier or dropped. When an arena
+// needs a slot its policy picks an evictable (unpinned) victim, which the
+// Decider (DefaultDecider unless Config.Decider is set) either moves down
+// to the next tier, which makes room the same way, or drops; the last
+// tier's victims are dropped. A unit is loaded back to the GPU from
+// whichever tier holds it. Config.Recompute is the one cost model: the
+// default Decider weighs it against the time to load a victim back over
+// the tiers' links (TierConfig.Link), and RetentionPolicy prices units
+// with it.
 //
 // Eviction respects the prefix tree only through order, as in vLLM and
 // TensorRT-LLM: Release unpins a sequence's blocks from its last to its
@@ -86,16 +86,17 @@
 // Bad input returns an error wrapping one of the package's sentinels and
 // never panics.
 //
-// Policies, the Mover, the cost model and the event sink are user code, and
-// the cache contains them. A policy that breaks its contract (an Insert
+// Policies, the Mover, the Decider, the cost model and the event sink are
+// user code, and the cache contains them. A policy that breaks its contract (an Insert
 // that fails where the cache must place a unit, an Evict that returns a key
 // that is no evictable unit of its arena, pinned in either tier, stale or
 // garbage, or nothing while units are evictable) or that panics poisons the
 // cache: the call returns an error wrapping ErrPolicy, as does every later
 // mutating call, the cache's accounting stays exact and no wrong byte is
-// ever served. A Mover that panics fails its operation (ErrCopyFailed, the
-// panic as a *PanicError) and the units whose slots it may have written are
-// dropped. A sink that panics is counted and skipped. See PanicError.
+// ever served. A Decider or cost model that panics is a policy. A Mover
+// that panics fails its operation (ErrCopyFailed, the panic as a
+// *PanicError) and the units whose slots it may have written are dropped.
+// A sink that panics is counted and skipped. See PanicError.
 //
 // # Metadata
 //
@@ -108,10 +109,19 @@
 //
 // A Cache is safe for concurrent use. One mutex serializes all calls
 // (policies and the prefix tree are not goroutine-safe) and is held across
-// policy, Mover and cost model calls, which makes rollback exact; such a
+// policy, Mover, Decider and cost model calls, which makes rollback exact; such a
 // callback that calls back into the cache gets ErrReentrant (Stats answers
 // it) instead of a deadlock. Events are delivered after the lock is
 // released, by the goroutine whose operation produced them, in operation
 // order (see EventSink), or buffered for TakeEvents. Stats reads counters
 // kept up to date under the lock.
+//
+// # Cost
+//
+// What a server pays per step does not grow with the context: an Append
+// touches only the blocks whose pins change (a new block, a window moving
+// past one), each sequence keeps its block tables up to date itself, and
+// BlockTables hands out views of every table of a batch under one lock. A
+// cached prompt costs the same per token at any length. BENCHMARKS.md has
+// the measurements.
 package kvcache

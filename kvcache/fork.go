@@ -62,15 +62,8 @@ func (c *Cache) Fork(id SeqID) (_ Plan, err error) {
 	plan := Plan{Seq: child.id, Tokens: len(child.tokens)}
 	c.fillPlan(&plan, child)
 	plan.Hits = 0 // shared units are not cache hits, just more pins
-	compute := child.compute[:0]
-	for _, i := range c.scratch.fresh {
-		end := min((i+1)*B, len(child.tokens))
-		compute = addRange(compute, i*B, end)
-		plan.RecomputeTokens += end - i*B
-	}
-	child.compute = compute
-	if len(compute) > 0 {
-		plan.Compute = compute
+	if compute, recomputed := c.computeRanges(child, len(child.tokens), nb); len(compute) > 0 {
+		plan.Compute, plan.RecomputeTokens = compute, recomputed
 	}
 	c.st.recomputed += int64(plan.RecomputeTokens)
 	c.syncTables(child)

@@ -15,7 +15,7 @@ import (
 // a use (a later request recomputes it and hits the blocks below it), but
 // once the tree holds more than Config.MaxBlocks blocks, the least recently
 // used hollow node is removed with its whole subtree: its descendants'
-// units are dropped (UnitDropped events) and every node leaves the tree
+// units are dropped (UnitMoved events to Dropped) and every node leaves the tree
 // (BlockRemoved events, children first). A hollow node's subtree holds no
 // referenced node, since a sequence references every block of its prefix
 // (a recomputed block through its copy's twin), so no live sequence loses

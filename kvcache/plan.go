@@ -147,6 +147,24 @@ func (c *Cache) countLookups() {
 	}
 }
 
+// computeRanges returns the token ranges, below token end, of the blocks to
+// which the committed transaction gave fresh units (c.scratch.fresh), in
+// s's buffer, and how many of their tokens were in the sequence's cached
+// blocks before the call (the blocks below cached) and so are recomputed.
+func (c *Cache) computeRanges(s *sequence, end, cached int) ([]TokenRange, int) {
+	B := c.geom.blockTokens
+	ranges, recomputed := s.compute[:0], 0
+	for _, i := range c.scratch.fresh {
+		e := min((i+1)*B, end)
+		ranges = addRange(ranges, i*B, e)
+		if i < cached {
+			recomputed += e - i*B
+		}
+	}
+	s.compute = ranges
+	return ranges, recomputed
+}
+
 // addRange appends [start, end) to rs, merging it with the last range when
 // they touch.
 func addRange(rs []TokenRange, start, end int) []TokenRange {

@@ -92,41 +92,13 @@ func (c *Cache) SparseAccess(id SeqID, sel Selection, res *SparseResult) (err er
 	if err != nil {
 		return err
 	}
-	g := c.geom
-	if sel.Layer < 0 || sel.Layer >= g.layers {
-		return fmt.Errorf("%w: layer %d not in [0, %d)", ErrOutOfRange, sel.Layer, g.layers)
-	}
-	if len(sel.Blocks) != g.storedHeads {
-		return fmt.Errorf("%w: %d KV heads selected, the model stores %d", ErrInvalidRequest, len(sel.Blocks), g.storedHeads)
+	keys, err := c.selectedUnits(s, sel)
+	if err != nil {
+		return err
 	}
 	if res == nil {
 		return fmt.Errorf("%w: nil SparseResult", ErrInvalidRequest)
 	}
-	nb := len(s.blocks)
-	kv := int(g.layerKV[sel.Layer])
-	B := g.blockTokens
-	keys := c.scratch.units[:0]
-	for h, blocks := range sel.Blocks {
-		sl := g.sliceFor[kv*g.storedHeads+h]
-		w := g.pools[g.slicePool[sl]].window
-		from := 0
-		if w > 0 && len(s.tokens) > w {
-			from = (len(s.tokens) - w) / B
-		}
-		for _, b := range blocks {
-			if b < 0 || b >= nb {
-				c.scratch.units = keys[:0]
-				return fmt.Errorf("%w: layer %d KV head %d selects block %d, sequence has %d", ErrOutOfRange, sel.Layer, h, b, nb)
-			}
-			if b < from {
-				continue
-			}
-			keys = append(keys, UnitID(uint64(sl)<<32|uint64(b)))
-		}
-	}
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
-	c.scratch.units = keys
 	res.reset()
 	c.begin(s)
 	c.queueStepUnpins(s)
@@ -139,6 +111,57 @@ func (c *Cache) SparseAccess(id SeqID, sel Selection, res *SparseResult) (err er
 	}
 	c.countLookups()
 	res.Counts = c.countUnits()
+	c.fillSparse(s, keys, res)
+	res.Executed = append(res.Executed, c.tx.batch...)
+	c.syncTables(s)
+	return nil
+}
+
+// selectedUnits returns the units sel selects in s, as keys
+// slice<<32 | block, sorted and without duplicates, skipping the blocks
+// wholly before a sliding window; it returns an error for a bad layer,
+// head count or block.
+func (c *Cache) selectedUnits(s *sequence, sel Selection) ([]UnitID, error) {
+	g := c.geom
+	if sel.Layer < 0 || sel.Layer >= g.layers {
+		return nil, fmt.Errorf("%w: layer %d not in [0, %d)", ErrOutOfRange, sel.Layer, g.layers)
+	}
+	if len(sel.Blocks) != g.storedHeads {
+		return nil, fmt.Errorf("%w: %d KV heads selected, the model stores %d", ErrInvalidRequest, len(sel.Blocks), g.storedHeads)
+	}
+	nb := len(s.blocks)
+	kv := int(g.layerKV[sel.Layer])
+	keys := c.scratch.units[:0]
+	for h, blocks := range sel.Blocks {
+		sl := g.sliceFor[kv*g.storedHeads+h]
+		w := g.pools[g.slicePool[sl]].window
+		from := 0
+		if w > 0 && len(s.tokens) > w {
+			from = (len(s.tokens) - w) / g.blockTokens
+		}
+		for _, b := range blocks {
+			if b < 0 || b >= nb {
+				c.scratch.units = keys[:0]
+				return nil, fmt.Errorf("%w: layer %d KV head %d selects block %d, sequence has %d", ErrOutOfRange, sel.Layer, h, b, nb)
+			}
+			if b < from {
+				continue
+			}
+			keys = append(keys, UnitID(uint64(sl)<<32|uint64(b)))
+		}
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	c.scratch.units = keys
+	return keys, nil
+}
+
+// fillSparse fills res with the units of keys (the needs of the committed
+// transaction, in the same order), makes them the step pins of s, records
+// the units it restored, and counts the tokens of the blocks it recomputes.
+func (c *Cache) fillSparse(s *sequence, keys []UnitID, res *SparseResult) {
+	g := c.geom
+	B := g.blockTokens
 	recomputed := c.scratch.fresh[:0]
 	pins := s.stepPins[:0]
 	// The previous call's restores were written by that layer's kernel.
@@ -173,7 +196,4 @@ func (c *Cache) SparseAccess(id SeqID, sel Selection, res *SparseResult) (err er
 		c.st.recomputed += int64(min((b+1)*B, len(s.tokens)) - b*B)
 	}
 	c.scratch.fresh = recomputed
-	res.Executed = append(res.Executed, c.tx.batch...)
-	c.syncTables(s)
-	return nil
 }

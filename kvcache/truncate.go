@@ -42,71 +42,102 @@ func (c *Cache) Truncate(id SeqID, n int) (_ Plan, err error) {
 		return Plan{Seq: id, Tokens: len(s.tokens)}, nil
 	}
 	c.begin(s)
-	B := c.geom.blockTokens
-	L := len(s.tokens) - n
-	nb := c.geom.numBlocks(L)
-	blocks := append(c.scratch.blocks[:0], s.blocks[:nb]...)
-	c.scratch.blocks = blocks
-	cowDst, cowSrc := int32(-1), int32(-1)
-	detach := false
-	same := nb
-	if L%B != 0 {
-		last := nb - 1
-		b := blocks[last]
-		// A private block (refs 1) just becomes partial again.
-		if r := &c.units.blocks[b]; r.node != nil {
-			if r.refs == 1 && r.node.IsLeaf() {
-				detach = true
-			} else {
-				prio, dur := c.priority(s, last)
-				cowDst = c.newBlock(last, s.chunks(nb), prio, dur)
-				c.ref(cowDst, s.sparse)
-				cowSrc = b
-				blocks[last] = cowDst
-				same = last
-			}
-		}
-	}
-	writeFrom := min(s.writeFrom, L)
-	lo, copies, writeFrom := c.repinRange(s, blocks, writeFrom, L%B != 0, cowDst, cowSrc)
-	for _, i := range copies {
-		same = min(same, i)
-	}
-	c.queuePins(s.span(), pinSpan{blocks: blocks, lo: lo}, same, cowDst, cowSrc)
+	cut := c.planTruncate(s, len(s.tokens)-n)
+	c.queuePins(s.span(), pinSpan{blocks: cut.blocks, lo: cut.lo}, cut.same, cut.cowDst, cut.cowSrc)
 	c.queueStepUnpins(s)
 	if err := c.execute(); err != nil {
 		return Plan{}, err
 	}
-	s.stepPins = s.stepPins[:0]
-	s.restored = s.restored[:0]
-	plan := Plan{Seq: id, Tokens: L}
+	plan := Plan{Seq: id, Tokens: cut.length}
 	c.fillPlan(&plan, s)
-	compute := s.compute[:0]
-	for _, i := range c.scratch.fresh {
-		end := min((i+1)*B, L)
-		compute = addRange(compute, i*B, end)
-		plan.RecomputeTokens += end - i*B
-	}
-	s.compute = compute
-	if len(compute) > 0 {
-		plan.Compute = compute
+	if compute, recomputed := c.computeRanges(s, cut.length, len(cut.blocks)); len(compute) > 0 {
+		plan.Compute, plan.RecomputeTokens = compute, recomputed
 	}
 	c.st.recomputed += int64(plan.RecomputeTokens)
+	c.applyTruncate(s, &cut)
+	return plan, nil
+}
+
+// truncation is what a Truncate changes, planned (with its block records
+// and references logged) before its transaction runs.
+type truncation struct {
+	// length is the sequence's tokens after the call; blocks its blocks,
+	// the last one partial when length is not a whole number of blocks.
+	length int
+	blocks []int32
+	// same is the index of the first block that differs from the
+	// sequence's (len(blocks) when only the tail is cut).
+	same int
+	// lo is the first block the sequence pins in each pool; writeFrom the
+	// first token the server computes next.
+	lo        []int32
+	writeFrom int
+	// copies lists the blocks replaced by recompute copies.
+	copies []int
+	// cowDst, when not -1, replaces the partial last block cowSrc, a
+	// committed block the sequence shares: it is filled by copying it.
+	cowDst, cowSrc int32
+	// detach says that the partial last block, committed, a leaf and the
+	// sequence's alone, leaves the tree and becomes private again.
+	detach bool
+}
+
+// planTruncate plans cutting s to length tokens.
+func (c *Cache) planTruncate(s *sequence, length int) truncation {
+	B := c.geom.blockTokens
+	nb := c.geom.numBlocks(length)
+	t := truncation{length: length, same: nb, cowDst: -1, cowSrc: -1}
+	t.blocks = append(c.scratch.blocks[:0], s.blocks[:nb]...)
+	c.scratch.blocks = t.blocks
+	partial := length%B != 0
+	if partial {
+		last := nb - 1
+		b := t.blocks[last]
+		// A private block (refs 1) just becomes partial again.
+		if r := &c.units.blocks[b]; r.node != nil {
+			if r.refs == 1 && r.node.IsLeaf() {
+				t.detach = true
+			} else {
+				prio, dur := c.priority(s, last)
+				t.cowDst = c.newBlock(last, s.chunks(nb), prio, dur)
+				c.ref(t.cowDst, s.sparse)
+				t.cowSrc = b
+				t.blocks[last] = t.cowDst
+				t.same = last
+			}
+		}
+	}
+	t.lo, t.copies, t.writeFrom = c.repinRange(s, t.blocks, min(s.writeFrom, length), partial, t.cowDst, t.cowSrc)
+	for _, i := range t.copies {
+		t.same = min(t.same, i)
+	}
+	return t
+}
+
+// applyTruncate brings s to the state t planned, once its transaction has
+// committed: the sequence's tokens, blocks, pins and tables, the partial
+// block's place (detached from the tree, or out of the index of blocks
+// being written), and the references it no longer holds.
+func (c *Cache) applyTruncate(s *sequence, t *truncation) {
+	B := c.geom.blockTokens
+	nb := len(t.blocks)
+	s.stepPins = s.stepPins[:0]
+	s.restored = s.restored[:0]
 	// The copy writes old[:nb] only: the blocks past the new end stay
 	// readable in old until they are released below.
 	old := s.blocks
-	s.blocks = append(s.blocks[:0], blocks...)
-	s.tokens = s.tokens[:L]
-	s.pinLo = append(s.pinLo[:0], lo...)
-	s.writeFrom = writeFrom
-	s.firstPrivate = min(s.firstPrivate, L/B)
-	for _, i := range copies {
+	s.blocks = append(s.blocks[:0], t.blocks...)
+	s.tokens = s.tokens[:t.length]
+	s.pinLo = append(s.pinLo[:0], t.lo...)
+	s.writeFrom = t.writeFrom
+	s.firstPrivate = min(s.firstPrivate, t.length/B)
+	for _, i := range t.copies {
 		s.firstPrivate = min(s.firstPrivate, i)
 	}
 	c.syncTables(s)
-	if L%B != 0 {
+	if t.length%B != 0 {
 		b := s.blocks[nb-1]
-		if detach {
+		if t.detach {
 			c.emitBlock(BlockRemoved, b)
 			if err := c.tree.Remove(c.units.blocks[b].node); err == nil {
 				c.st.removed++
@@ -126,10 +157,9 @@ func (c *Cache) Truncate(id SeqID, n int) (_ Plan, err error) {
 	for i := len(old) - 1; i >= nb; i-- {
 		c.unref(old[i], s.sparse)
 	}
-	if cowSrc >= 0 {
-		c.unref(cowSrc, s.sparse)
+	if t.cowSrc >= 0 {
+		c.unref(t.cowSrc, s.sparse)
 	}
-	return plan, nil
 }
 
 // repinRange returns the pin starts (per pool) of a Truncate that leaves

@@ -36,9 +36,9 @@
 //   - [Tree.All], [Tree.Roots], [Node.Children], [Node.Parent],
 //     [Node.Depth] and [Node.NumChildren] expose the shape eviction rules
 //     need (for example "only leaves leave").
-//   - [Node.Hash], [Node.ParentHash], [Node.Tokens], [Node.Keys] and
-//     [AppendStored] give what "stored" and "removed" events for KV-aware
-//     routers carry ([BlockStored], [BlockRemoved]).
+//   - [Node.Hash], [Node.ParentHash], [Node.Tokens] and [Node.Keys] give
+//     what "stored" and "removed" events for KV-aware routers carry (an
+//     owner such as package kvcache builds its events from them).
 //
 // # Contracts
 //

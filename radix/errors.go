@@ -26,11 +26,6 @@ var (
 	ErrNotLeaf = errors.New("radix: node is not a leaf")
 
 	// ErrKeysMismatch reports keys (namespace, LoRA) that differ from those of
-	// the parent's path, or a stored event being extended with a block of
-	// another path.
+	// the parent's path.
 	ErrKeysMismatch = errors.New("radix: keys do not match")
-
-	// ErrNotContiguous reports a block appended to a BlockStored event whose
-	// parent is not the event's last block.
-	ErrNotContiguous = errors.New("radix: block does not continue the event")
 )

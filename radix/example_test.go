@@ -89,8 +89,8 @@ func ExampleTree_MatchPartial() {
 	// next block agrees on 2 tokens of [5 6 7 8]
 }
 
-// Commit blocks one at a time as decode fills them, and describe them in a
-// "stored" event for a KV-aware router.
+// Commit blocks one at a time as decode fills them, with what a "stored"
+// event for a KV-aware router carries, then evict the newest.
 func ExampleTree_InsertChild() {
 	tree, err := radix.NewTree[int](2, 0)
 	if err != nil {
@@ -98,32 +98,28 @@ func ExampleTree_InsertChild() {
 	}
 	keys := radix.Keys{LoRA: "sql-adapter"}
 	var last *radix.Node[int]
-	var ev radix.BlockStored
 	for _, block := range [][]uint32{{10, 11}, {12, 13}, {14, 15}} {
 		n, created, err := tree.InsertChild(last, keys, block, nil)
 		if err != nil {
 			panic(err)
 		}
 		if created {
-			if err := radix.AppendStored(&ev, n); err != nil {
-				panic(err)
-			}
+			parent, hasParent := n.ParentHash()
+			fmt.Printf("stored %x after %x (%t): tokens %v, lora %s\n", n.Hash()&0xffff, parent&0xffff, hasParent, n.Tokens(), n.Keys().LoRA)
 		}
 		last = n
 	}
-	fmt.Println("depth:", last.Depth(), "blocks in event:", len(ev.BlockHashes), "has parent:", ev.HasParent)
-	fmt.Println("tokens:", ev.TokenIDs, "lora:", ev.LoRA)
-
-	// Evict the newest block and report it.
-	var removed radix.BlockRemoved
-	if _, err := tree.RemoveSubtree(last, func(n *radix.Node[int]) {
-		removed.BlockHashes = append(removed.BlockHashes, n.Hash())
-	}); err != nil {
+	removed, err := tree.RemoveSubtree(last, func(n *radix.Node[int]) {
+		fmt.Printf("removed %x\n", n.Hash()&0xffff)
+	})
+	if err != nil {
 		panic(err)
 	}
-	fmt.Println("removed:", len(removed.BlockHashes), "left:", tree.Len())
+	fmt.Println("depth:", last.Depth(), "removed:", removed, "left:", tree.Len())
 	// Output:
-	// depth: 3 blocks in event: 3 has parent: false
-	// tokens: [10 11 12 13 14 15] lora: sql-adapter
-	// removed: 1 left: 2
+	// stored 75a9 after 0 (false): tokens [10 11], lora sql-adapter
+	// stored e51d after 75a9 (true): tokens [12 13], lora sql-adapter
+	// stored 2e after e51d (true): tokens [14 15], lora sql-adapter
+	// removed 2e
+	// depth: 3 removed: 1 left: 2
 }

@@ -367,35 +367,3 @@ func TestMatchAndInsertChildAllocs(t *testing.T) {
 	assert.Zero(t, allocs, "InsertChild of a cached block")
 }
 
-func TestStoredEvents(t *testing.T) {
-	tr := mustTree(t, 2)
-	k := Keys{Namespace: "ns", LoRA: "lora"}
-	nodes, _, err := tr.Insert(nil, k, []uint32{1, 2, 3, 4, 5, 6}, nil)
-	require.NoError(t, err)
-
-	var e BlockStored
-	for _, n := range nodes[1:] {
-		require.NoError(t, AppendStored(&e, n))
-	}
-	assert.Equal(t, []uint64{nodes[1].Hash(), nodes[2].Hash()}, e.BlockHashes)
-	assert.True(t, e.HasParent)
-	assert.Equal(t, nodes[0].Hash(), e.ParentHash)
-	assert.Equal(t, []uint32{3, 4, 5, 6}, e.TokenIDs)
-	assert.Equal(t, 2, e.BlockSize)
-	assert.Equal(t, "ns", e.Namespace)
-	assert.Equal(t, "lora", e.LoRA)
-
-	before := e
-	require.ErrorIs(t, AppendStored(&e, nodes[0]), ErrNotContiguous)
-	other, _, err := tr.Insert(nil, Keys{}, []uint32{1, 2, 3, 4, 5, 6, 7, 8}, nil)
-	require.NoError(t, err)
-	require.ErrorIs(t, AppendStored(&e, other[3]), ErrKeysMismatch)
-	require.ErrorIs(t, AppendStored[int](&e, nil), ErrNotInTree)
-	assert.Equal(t, before, e, "errors leave the event unchanged")
-
-	e.Reset()
-	assert.Empty(t, e.BlockHashes)
-	require.NoError(t, AppendStored(&e, other[0]))
-	assert.False(t, e.HasParent)
-	assert.Equal(t, []uint32{1, 2}, e.TokenIDs)
-}
