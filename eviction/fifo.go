@@ -54,7 +54,7 @@ func (m fifoMeta) pinned() bool { return m&fifoPinned != 0 }
 
 var (
 	_ Policy[int]         = (*FIFO[int])(nil)
-	_ PinnedAccessIgnorer  = (*FIFO[int])(nil)
+	_ PinnedAccessIgnorer = (*FIFO[int])(nil)
 	_ PinnedInserter[int] = (*FIFO[int])(nil)
 )
 

@@ -27,7 +27,7 @@ type LRU[K comparable] struct {
 
 var (
 	_ Policy[int]         = (*LRU[int])(nil)
-	_ PinnedAccessIgnorer  = (*LRU[int])(nil)
+	_ PinnedAccessIgnorer = (*LRU[int])(nil)
 	_ PinnedInserter[int] = (*LRU[int])(nil)
 )
 

@@ -95,7 +95,7 @@ type prioritizedMeta struct {
 
 var (
 	_ Policy[int]         = (*PrioritizedLRU[int])(nil)
-	_ PinnedAccessIgnorer  = (*PrioritizedLRU[int])(nil)
+	_ PinnedAccessIgnorer = (*PrioritizedLRU[int])(nil)
 	_ PinnedInserter[int] = (*PrioritizedLRU[int])(nil)
 )
 

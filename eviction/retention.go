@@ -133,7 +133,7 @@ type Retention[K comparable] struct {
 
 var (
 	_ Policy[int]         = (*Retention[int])(nil)
-	_ PinnedAccessIgnorer  = (*Retention[int])(nil)
+	_ PinnedAccessIgnorer = (*Retention[int])(nil)
 	_ PinnedInserter[int] = (*Retention[int])(nil)
 )
 

@@ -366,4 +366,3 @@ func TestMatchAndInsertChildAllocs(t *testing.T) {
 	})
 	assert.Zero(t, allocs, "InsertChild of a cached block")
 }
-
