@@ -119,19 +119,25 @@ func BenchmarkSparseAccessLayer(b *testing.B) {
 	if _, err := c.Append(p.Seq, 1); err != nil { // block 8 is the current block
 		b.Fatal(err)
 	}
-	heads := make([][]int64, 16)
+	heads := make([]struct{}, 16) // query heads
 	var res SparseResult
 	step := 0
 	var read, onboarded int64
+	// The selection by KV head, in buffers reused from step to step: query
+	// heads 2h and 2h+1 read KV head h.
+	sel := Selection{Blocks: make([][]int, 8)}
 	b.ReportAllocs()
 	for b.Loop() {
-		layer := step % 28
+		sel.Layer = step % 28
+		for h := range sel.Blocks {
+			sel.Blocks[h] = sel.Blocks[h][:0]
+		}
 		for q := range heads {
 			// Deterministic varied top-3 among blocks 0..7, plus block 8.
 			x := uint64(step*16+q) * 0x9e3779b97f4a7c15
-			heads[q] = append(heads[q][:0], int64(x>>61), int64(x>>58&7), int64(x>>55&7), 8)
+			sel.Blocks[q/2] = append(sel.Blocks[q/2], int(x>>61), int(x>>58&7), int(x>>55&7), 8)
 		}
-		if err := c.SparseAccess(p.Seq, byQueryHeads(c.Layout(), layer, heads), &res); err != nil {
+		if err := c.SparseAccess(p.Seq, sel, &res); err != nil {
 			b.Fatal(err)
 		}
 		read += res.BytesRead
