@@ -62,42 +62,38 @@ func NewLRUWithIndex[K comparable](idx Index[K]) (*LRU[K], error) {
 // [ErrTooManyKeys] when the slab is full; the policy is then unchanged. LRU
 // ignores every field of e beyond validating it.
 func (p *LRU[K]) Insert(k K, e Entry) error {
-	if err := e.Validate(); err != nil {
-		return err
-	}
-	if _, ok := p.keys.lookup(k); ok {
-		return trackedKeyError(k)
-	}
-	i, err := p.slab.alloc(k, struct{}{})
+	i, err := p.track(k, e)
 	if err != nil {
-		return err
-	}
-	if err := p.keys.store(k, i); err != nil {
-		p.slab.release(i)
 		return err
 	}
 	p.slab.pushBack(lruHead, i)
 	return nil
 }
 
-// InsertPinned is Insert followed by Pin (see [PinnedInserter]): k is
-// tracked but on no list until Unpin.
-func (p *LRU[K]) InsertPinned(k K, e Entry) error {
+// track starts tracking k, on no list yet, and returns its node.
+func (p *LRU[K]) track(k K, e Entry) (int32, error) {
 	if err := e.Validate(); err != nil {
-		return err
+		return 0, err
 	}
 	if _, ok := p.keys.lookup(k); ok {
-		return trackedKeyError(k)
+		return 0, trackedKeyError(k)
 	}
 	i, err := p.slab.alloc(k, struct{}{})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if err := p.keys.store(k, i); err != nil {
 		p.slab.release(i)
-		return err
+		return 0, err
 	}
-	return nil
+	return i, nil
+}
+
+// InsertPinned is Insert followed by Pin (see [PinnedInserter]): k is
+// tracked but on no list until Unpin.
+func (p *LRU[K]) InsertPinned(k K, e Entry) error {
+	_, err := p.track(k, e)
+	return err
 }
 
 // Access makes an evictable k the most recently used key. It does nothing

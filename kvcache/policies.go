@@ -105,56 +105,52 @@ func (info PoolInfo) NewIndex() (eviction.Index[UnitID], error) {
 // eviction do; S3-FIFO counts the hit).
 type PolicyFactory func(PoolInfo) (eviction.Policy[UnitID], error)
 
-// LRUPolicy returns the default PolicyFactory: an eviction.LRU per arena.
-func LRUPolicy() PolicyFactory {
+// indexed returns a factory of the policies build makes over a new index
+// of the arena's UnitIDs (PoolInfo.NewIndex).
+func indexed(build func(PoolInfo, eviction.Index[UnitID]) (eviction.Policy[UnitID], error)) PolicyFactory {
 	return func(info PoolInfo) (eviction.Policy[UnitID], error) {
 		idx, err := info.NewIndex()
 		if err != nil {
 			return nil, err
 		}
-		return eviction.NewLRUWithIndex(idx)
+		return build(info, idx)
 	}
+}
+
+// LRUPolicy returns the default PolicyFactory: an eviction.LRU per arena.
+func LRUPolicy() PolicyFactory {
+	return indexed(func(_ PoolInfo, idx eviction.Index[UnitID]) (eviction.Policy[UnitID], error) {
+		return eviction.NewLRUWithIndex(idx)
+	})
 }
 
 // FIFOPolicy returns a factory of eviction.FIFO policies.
 func FIFOPolicy() PolicyFactory {
-	return func(info PoolInfo) (eviction.Policy[UnitID], error) {
-		idx, err := info.NewIndex()
-		if err != nil {
-			return nil, err
-		}
+	return indexed(func(_ PoolInfo, idx eviction.Index[UnitID]) (eviction.Policy[UnitID], error) {
 		return eviction.NewFIFOWithIndex(idx)
-	}
+	})
 }
 
 // PrioritizedLRUPolicy returns a factory of eviction.PrioritizedLRU
 // policies, reading priority expiries from the cache's clock.
 // Request.Priorities feed them.
 func PrioritizedLRUPolicy() PolicyFactory {
-	return func(info PoolInfo) (eviction.Policy[UnitID], error) {
-		idx, err := info.NewIndex()
-		if err != nil {
-			return nil, err
-		}
+	return indexed(func(info PoolInfo, idx eviction.Index[UnitID]) (eviction.Policy[UnitID], error) {
 		return eviction.NewPrioritizedLRUWithIndex(info.Clock, idx)
-	}
+	})
 }
 
 // S3FIFOPolicy returns a factory of eviction.S3FIFO policies configured by
 // cfg, with Capacity set to the arena's slots (at least 1: an arena of zero
 // slots never inserts) when cfg.Capacity is 0.
 func S3FIFOPolicy(cfg eviction.S3FIFOConfig) PolicyFactory {
-	return func(info PoolInfo) (eviction.Policy[UnitID], error) {
+	return indexed(func(info PoolInfo, idx eviction.Index[UnitID]) (eviction.Policy[UnitID], error) {
 		c := cfg
 		if c.Capacity == 0 {
 			c.Capacity = int64(max(1, info.Slots))
 		}
-		idx, err := info.NewIndex()
-		if err != nil {
-			return nil, err
-		}
 		return eviction.NewS3FIFOWithIndex(c, idx)
-	}
+	})
 }
 
 // RetentionPolicy returns a factory of eviction.Retention policies (cost

@@ -301,10 +301,17 @@ func checkPinnedAccessIgnored(t *testing.T, newPolicy policyFactory) {
 		t.Log("the policy does not claim to ignore Access of pinned keys (eviction.PinnedAccessIgnorer): nothing to check")
 		return
 	}
+	runTwins(t, newPolicy, 300, func(d *driver) { d.injectPinnedAccess = true })
+}
+
+// runTwins runs a policy and its twin through random operations from
+// seeds base to base+3 under every profile, set up by configure, and
+// drains them: the driver fails at the first victim they disagree on.
+func runTwins(t *testing.T, newPolicy policyFactory, base uint64, configure func(*driver)) {
 	for seed := range uint64(4) {
 		for _, prof := range profiles() {
-			d := newDriver(t, newPolicy, 2, 300+seed, prof)
-			d.injectPinnedAccess = true
+			d := newDriver(t, newPolicy, 2, base+seed, prof)
+			configure(d)
 			d.run(600)
 			d.drain()
 		}
@@ -320,12 +327,5 @@ func checkInsertPinned(t *testing.T, newPolicy policyFactory) {
 		t.Log("the policy does not implement eviction.PinnedInserter: nothing to check")
 		return
 	}
-	for seed := range uint64(4) {
-		for _, prof := range profiles() {
-			d := newDriver(t, newPolicy, 2, 700+seed, prof)
-			d.insertPinned = true
-			d.run(600)
-			d.drain()
-		}
-	}
+	runTwins(t, newPolicy, 700, func(d *driver) { d.insertPinned = true })
 }
