@@ -34,7 +34,7 @@ func (c *Cache) Append(id SeqID, tokens ...uint32) (_ Plan, err error) {
 	}
 	// The forward pass that produced these tokens wrote the KV of every
 	// token before them: that much is committed whatever happens next.
-	c.commitThrough(s, len(s.tokens))
+	committed := c.commitThrough(s, len(s.tokens))
 	if c.poisoned != nil {
 		return Plan{}, c.poisoned // a merge met a policy that broke its contract
 	}
@@ -51,7 +51,9 @@ func (c *Cache) Append(id SeqID, tokens ...uint32) (_ Plan, err error) {
 		s.writeFrom = n
 		s.compute = append(s.compute[:0], TokenRange{Start: n, End: n2})
 		c.indexWriting(s, n/c.geom.blockTokens)
-		c.statsUnchanged = true
+		// Stats report none of this, unless the implicit commit stored
+		// blocks.
+		c.statsUnchanged = !committed
 		return Plan{Seq: id, Tokens: n2, Compute: s.compute}, nil
 	}
 	c.begin(s)

@@ -309,3 +309,57 @@ func TestTakeEventsBoundsMemory(t *testing.T) {
 	require.Empty(t, events)
 	require.Zero(t, lost)
 }
+
+// statsReadingPolicy reads the cache's Stats from inside Insert (a callback run
+// under the lock: it gets the snapshot of the end of the last operation).
+type statsReadingPolicy struct {
+	eviction.Policy[UnitID]
+	c    **Cache
+	seen []Stats
+}
+
+func (p *statsReadingPolicy) Insert(k UnitID, e eviction.Entry) error {
+	if *p.c != nil {
+		p.seen = append(p.seen, (*p.c).Stats())
+	}
+	return p.Policy.Insert(k, e)
+}
+
+// TestCallbackSeesStatsOfTheLastOperation: a callback's Stats are those
+// at the end of the last operation. An Append into a partial block skips
+// refreshing them, since it changes nothing they report, but the first
+// decode token commits the prompt's blocks (Stored, Blocks): that Append
+// used to leave the snapshot stale.
+func TestCallbackSeesStatsOfTheLastOperation(t *testing.T) {
+	l := tinyLayout(t, layout.AllLayers, nil)
+	var c *Cache
+	sp := &statsReadingPolicy{c: &c}
+	f := func(info PoolInfo) (eviction.Policy[UnitID], error) {
+		p, err := LRUPolicy()(info)
+		if info.Tier == GPU {
+			sp.Policy = p
+			return sp, err
+		}
+		return p, err
+	}
+	var err error
+	c, err = New(Config{Layout: l, Tiers: tiersOf(Capacity{Units: 8}, Capacity{}, f, nil)})
+	require.NoError(t, err)
+	// A 5-token prompt: block 0 full (private until written), block 1 partial.
+	a, err := c.Acquire(Request{Tokens: seqTokens(5, 0)})
+	require.NoError(t, err)
+	// The first decode token fits block 1: the fast path, which commits
+	// block 0 (the prompt's forward pass wrote it).
+	_, err = c.Append(a.Seq, 99)
+	require.NoError(t, err)
+	real := c.Stats()
+	require.Equal(t, uint64(1), real.Stored)
+	// The next operation's callbacks see "the snapshot taken at the end of
+	// the last operation".
+	sp.seen = nil
+	_, err = c.Acquire(Request{Tokens: seqTokens(4, 100)})
+	require.NoError(t, err)
+	require.NotEmpty(t, sp.seen)
+	require.Equal(t, real.Stored, sp.seen[0].Stored, "Stats seen from a callback after a fast-path Append")
+	require.Equal(t, real.Blocks, sp.seen[0].Blocks)
+}

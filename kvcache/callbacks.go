@@ -53,13 +53,17 @@ func newPanicError(call string, r any) *PanicError {
 	return &PanicError{Call: call, Value: r, Stack: debug.Stack()}
 }
 
-// recoverPolicy is deferred by every call into a's policy: a panic breaks
-// the arena (its policy is not called again) and poisons the cache. errp,
-// when not nil, receives the panic as the call's error.
-func (a *arena) recoverPolicy(call string, errp *error) {
+// recoverPolicy is deferred by every call into a's policy: a panic, or an
+// exit of the goroutine (runtime.Goexit, when *returned is still false),
+// breaks the arena (its policy is not called again) and poisons the cache.
+// errp, when not nil, receives the panic as the call's error.
+func (a *arena) recoverPolicy(call string, errp *error, returned *bool) {
 	r := recover()
 	if r == nil {
-		return
+		if *returned {
+			return
+		}
+		r = goexitValue
 	}
 	pe := newPanicError(fmt.Sprintf("%s policy of pool %d: %s", a.tier, a.pool, call), r)
 	a.broken = pe
@@ -69,55 +73,74 @@ func (a *arena) recoverPolicy(call string, errp *error) {
 	}
 }
 
+// goexitValue stands for the panic value of a callback that ended its
+// goroutine (runtime.Goexit): the cache's code after the call does not
+// run, so what a panic would have left consistent may not be.
+const goexitValue = "runtime.Goexit called"
+
 // The policy* methods call the arena's policy unless it is muted: broken
-// by a panic, or replaying a rollback it undoes itself (see arena.mute).
+// by a panic, or replaying a rollback it undoes itself (see arena.muted).
 
 func (a *arena) policyInsert(u UnitID, e eviction.Entry) (err error) {
 	if a.muted() {
 		return nil
 	}
-	defer a.recoverPolicy("Insert", &err)
-	return a.policy.Insert(u, e)
+	returned := false
+	defer a.recoverPolicy("Insert", &err, &returned)
+	err = a.policy.Insert(u, e)
+	returned = true
+	return err
 }
 
 func (a *arena) policyInsertPinned(u UnitID, e eviction.Entry) (err error) {
 	if a.muted() {
 		return nil
 	}
-	defer a.recoverPolicy("InsertPinned", &err)
-	return a.pinnedInserter.InsertPinned(u, e)
+	returned := false
+	defer a.recoverPolicy("InsertPinned", &err, &returned)
+	err = a.pinnedInserter.InsertPinned(u, e)
+	returned = true
+	return err
 }
 
 func (a *arena) policyPin(u UnitID) {
 	if a.muted() {
 		return
 	}
-	defer a.recoverPolicy("Pin", nil)
+	returned := false
+	defer a.recoverPolicy("Pin", nil, &returned)
 	a.policy.Pin(u)
+	returned = true
 }
 
 func (a *arena) policyUnpin(u UnitID) {
 	if a.muted() {
 		return
 	}
-	defer a.recoverPolicy("Unpin", nil)
+	returned := false
+	defer a.recoverPolicy("Unpin", nil, &returned)
 	a.policy.Unpin(u)
+	returned = true
 }
 
 func (a *arena) policyRemove(u UnitID) {
 	if a.muted() {
 		return
 	}
-	defer a.recoverPolicy("Remove", nil)
+	returned := false
+	defer a.recoverPolicy("Remove", nil, &returned)
 	a.policy.Remove(u)
+	returned = true
 }
 
 func (a *arena) policyAccess(u UnitID) {
 	if a.muted() {
 		return
 	}
-	defer a.recoverPolicy("Access", nil)
+	returned := false
+	defer a.recoverPolicy("Access", nil, &returned)
 	a.policy.Access(u)
+	returned = true
 }
 
 // policyEvict asks the policy for a victim; a muted or panicking policy
@@ -126,8 +149,11 @@ func (a *arena) policyEvict() (u UnitID, ok bool) {
 	if a.muted() {
 		return 0, false
 	}
-	defer a.recoverPolicy("Evict", nil)
-	return a.policy.Evict()
+	returned := false
+	defer a.recoverPolicy("Evict", nil, &returned)
+	u, ok = a.policy.Evict()
+	returned = true
+	return u, ok
 }
 
 // policyBegin, policyCommit and policyRollback drive a policy that
@@ -136,36 +162,48 @@ func (a *arena) policyBegin() {
 	if a.txPolicy == nil || a.broken != nil {
 		return
 	}
-	defer a.recoverPolicy("Begin", nil)
+	returned := false
+	defer a.recoverPolicy("Begin", nil, &returned)
 	a.txPolicy.Begin()
+	returned = true
 }
 
 func (a *arena) policyCommit() {
 	if a.txPolicy == nil || a.broken != nil {
 		return
 	}
-	defer a.recoverPolicy("Commit", nil)
+	returned := false
+	defer a.recoverPolicy("Commit", nil, &returned)
 	a.txPolicy.Commit()
+	returned = true
 }
 
 func (a *arena) policyRollback() {
 	if a.txPolicy == nil || a.broken != nil {
 		return
 	}
-	defer a.recoverPolicy("Rollback", nil)
+	returned := false
+	defer a.recoverPolicy("Rollback", nil, &returned)
 	a.txPolicy.Rollback()
+	returned = true
 }
 
 // copyBatch hands the transaction's batch to the Mover. A panic is
 // returned as a *PanicError: a failed batch whose writes are unknown (see
-// dropDestinations).
+// copyFailed). A Mover that ends its goroutine (runtime.Goexit) leaves the
+// same (unlock finishes the operation the same way).
 func (c *Cache) copyBatch(batch []Copy) (err error) {
+	returned := false
 	defer func() {
 		if r := recover(); r != nil {
 			err = newPanicError("Mover.Copy", r)
+		} else if !returned {
+			c.tx.moverExited = true
 		}
 	}()
-	return c.mover.Copy(batch)
+	err = c.mover.Copy(batch)
+	returned = true
+	return err
 }
 
 // decide asks the Decider (DefaultDecider when Config.Decider is nil)
@@ -173,16 +211,24 @@ func (c *Cache) copyBatch(batch []Copy) (err error) {
 // functions it calls, poisons the cache like a policy's (they decide what
 // eviction does); the victim is then dropped.
 func (c *Cache) decide(v Victim) (move bool) {
+	returned := false
 	defer func() {
-		if r := recover(); r != nil {
+		r := recover()
+		if r == nil && !returned {
+			r = goexitValue
+		}
+		if r != nil {
 			c.poisonWith(newPanicError("Decider", r))
 			move = false
 		}
 	}()
 	if c.decider == nil {
-		return DefaultDecider(v)
+		move = DefaultDecider(v)
+	} else {
+		move = c.decider(v)
 	}
-	return c.decider(v)
+	returned = true
+	return move
 }
 
 // callFactory builds the policy of one arena, turning a panic of the

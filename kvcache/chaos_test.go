@@ -19,9 +19,9 @@ type chaosWorld struct {
 	breaches map[string]int
 	// trace, when set, is told of every breach (debugging).
 	trace func(string)
-	// cpuPinnedLiar makes every Evict of a CPU-tier policy that has a
-	// pinned key return it (the cache pins keys in a CPU arena only for
-	// the running operation: onboard, recompute and copy sources), on
+	// cpuPinnedLiar makes every Evict of the policy of a tier below the
+	// GPU that has a pinned key return it (the cache pins keys there only
+	// for the running operation: onboard, recompute and copy sources), on
 	// top of the random breaches.
 	cpuPinnedLiar bool
 }
@@ -119,7 +119,7 @@ func (p *chaosPolicy) Access(k UnitID) {
 }
 
 func (p *chaosPolicy) Evict() (UnitID, bool) {
-	if p.world.cpuPinnedLiar && p.tier == CPU {
+	if p.world.cpuPinnedLiar && p.tier > GPU {
 		for k := range p.pinned {
 			p.world.breaches["evict a pinned unit"]++
 			return k, true

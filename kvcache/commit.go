@@ -78,8 +78,9 @@ func (c *Cache) Abort(id SeqID) (err error) {
 }
 
 // commitThrough commits, in order, the private full blocks of s below
-// token upTo (see the top of this file).
-func (c *Cache) commitThrough(s *sequence, upTo int) {
+// token upTo (see the top of this file), and reports whether it committed
+// any.
+func (c *Cache) commitThrough(s *sequence, upTo int) (committed bool) {
 	full := upTo / c.geom.blockTokens
 	s.restored = s.restored[:0]
 	for i := s.firstPrivate; i < full; i++ {
@@ -93,8 +94,10 @@ func (c *Cache) commitThrough(s *sequence, upTo int) {
 		}
 		c.unindexWriting(b)
 		c.commitBlock(s, i, parent)
+		committed = true
 	}
 	s.firstPrivate = max(s.firstPrivate, full)
+	return committed
 }
 
 // commitBlock inserts full block i of s into the tree under parent (the

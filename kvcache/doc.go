@@ -77,8 +77,10 @@
 //
 // Every mutating operation is a transaction: if the GPU cannot supply the
 // slots (everything pinned) it fails with ErrNoSpace before any policy is
-// told anything, and if the Mover fails it fails with ErrCopyFailed; either
-// way nothing changed (no pin, slot, unit, stat or sequence). A policy
+// told anything, and if the Mover returns an error it fails with
+// ErrCopyFailed; either way nothing changed (no pin, slot, unit, stat or
+// sequence), but for the implicit commit with which Append and Fork begin.
+// A Mover that panics is the exception described at ErrCopyFailed. A policy
 // that implements eviction.Transactional (every policy of package eviction
 // does) is rolled back exactly: it chooses the same victims afterwards as
 // if the operation had never run; another is compensated call by call

@@ -234,6 +234,7 @@ func (c *Cache) TakeEvents(dst []Event) ([]Event, uint64, error) {
 		return dst, 0, nil
 	}
 	dst, lost := c.events.take(dst)
+	c.fillStats(&c.snap) // EventsBuffered changed
 	return dst, lost, nil
 }
 

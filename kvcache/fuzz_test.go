@@ -18,6 +18,13 @@ func FuzzOperations(f *testing.F) {
 	f.Add(uint8(4), []byte{255, 0, 255, 0, 128, 64, 32, 16, 8, 4, 2, 1})
 	f.Add(uint8(0x81), []byte("chaos: a policy that breaks its contract now and then"))
 	configs := modelConfigs()
+	// Seeds for the configurations of three and four tiers.
+	for i, mc := range configs {
+		if mc.third != (Capacity{}) {
+			f.Add(uint8(i), []byte("moves down and loads back from below the CPU"))
+			f.Add(uint8(i)|0x80, []byte{9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 200, 100, 50})
+		}
+	}
 	f.Fuzz(func(t *testing.T, config uint8, data []byte) {
 		mc := configs[int(config&0x7f)%len(configs)]
 		if config&0x80 != 0 {

@@ -2,6 +2,7 @@ package kvcache
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 )
 
@@ -101,6 +102,13 @@ func (c *Cache) checkAccounting(policies bool) error {
 	if err := c.checkTables(); err != nil {
 		return err
 	}
+	// Between operations, the snapshot callbacks see is the cache's Stats
+	// (the sink's panics, counted outside the lock, aside).
+	snap, now := c.snapshot(), c.stats()
+	snap.SinkPanics, now.SinkPanics = 0, 0
+	if !reflect.DeepEqual(snap, now) {
+		return fmt.Errorf("the Stats snapshot is stale:\n%+v\nnow\n%+v", snap, now)
+	}
 	if len(writing) != len(c.writing) {
 		return fmt.Errorf("%d hashes of blocks being written, %d indexed", len(writing), len(c.writing))
 	}
@@ -173,13 +181,16 @@ func (c *Cache) checkAccounting(policies bool) error {
 			return fmt.Errorf("block %d: hollow %t but listed %t", b, hollow, r.hollow)
 		}
 	}
-	listed := 0
+	listed, last := 0, noBlock
 	for b, prev := c.meta.head, noBlock; b != noBlock; b = c.units.blocks[b].hollowNext {
 		if !c.units.blocks[b].hollow || c.units.blocks[b].hollowPrev != prev {
 			return fmt.Errorf("hollow list broken at block %d", b)
 		}
-		prev = b
+		prev, last = b, b
 		listed++
+	}
+	if last != c.meta.tail {
+		return fmt.Errorf("hollow list ends at block %d, tail %d", last, c.meta.tail)
 	}
 	if listed != c.meta.count {
 		return fmt.Errorf("hollow list holds %d blocks, counted %d", listed, c.meta.count)

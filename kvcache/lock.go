@@ -83,21 +83,35 @@ func (c *Cache) lock(call string) error {
 // records the Stats snapshot that callbacks of the next operation see,
 // releases the lock and delivers the call's events to the sink.
 func (c *Cache) unlock(err *error) {
+	// User code may end the goroutine (runtime.Goexit) inside this call
+	// too (a policy's Remove while pruning): the lock is released anyway.
+	released := false
+	defer func() {
+		if !released {
+			c.mu.Unlock()
+		}
+	}()
 	if c.tx.open {
-		if *err != nil {
+		switch {
+		case c.tx.executing && *err == nil:
+			// Only a goroutine that user code ended leaves execute
+			// without an error or a commit.
+			c.exited()
+		case *err != nil:
 			c.rollback()
-		} else {
+		default:
 			c.close()
 		}
 	}
 	c.collectPending()
 	c.pruneMetadata()
 	c.reportBreach(err)
+	b, ok := c.events.publish()
 	if !c.statsUnchanged {
 		c.fillStats(&c.snap)
 	}
 	c.statsUnchanged = false
-	b, ok := c.events.publish()
+	released = true
 	c.mu.Unlock()
 	if ok {
 		c.events.deliver(b)

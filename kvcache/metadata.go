@@ -157,7 +157,7 @@ func (c *Cache) metadataBytes() int64 {
 		policyBytes = 48  // a policy's entry and index slot for one key
 	)
 	records := int64(c.units.live())
-	unitTables := int64(1<<c.geom.sliceShift) * int64(unsafe.Sizeof(Tier(0))+2*unsafe.Sizeof(int32(0)))
+	unitTables := int64(1<<c.geom.sliceShift) * int64(unsafe.Sizeof(unitState{}))
 	n := records * (int64(unsafe.Sizeof(blockRec{})) + unitTables)
 	n += int64(c.tree.Len()) * (nodeBytes + int64(c.geom.blockTokens)*int64(unsafe.Sizeof(uint32(0))))
 	c.tiers.each(func(a *arena) { n += int64(a.tracked) * policyBytes })

@@ -106,9 +106,16 @@ type modelConfig struct {
 	windows []int
 	gpu     Capacity
 	cpu     Capacity
-	// third, when not zero, is the capacity of a third tier.
-	third  Capacity
-	policy func() PolicyFactory
+	// third, when not zero, is the capacity of a third tier, and more
+	// those of further tiers below it.
+	third Capacity
+	more  []Capacity
+	// decider is Config.Decider; plain hides every optional interface of
+	// the policies (eviction.Transactional, PinnedInserter,
+	// PinnedAccessIgnorer), as a user's policy may have none.
+	decider Decider
+	plain   bool
+	policy  func() PolicyFactory
 	// recompute is Config.Recompute; link the Link of every tier below
 	// the GPU.
 	recompute *costmodel.Recompute
@@ -145,6 +152,14 @@ func modelConfigs() []modelConfig {
 		{name: "bsa-3tier-cost", kind: layout.BSA, windows: []int{0, 8}, gpu: Capacity{Units: 60}, cpu: Capacity{Units: 16},
 			third: Capacity{Units: 40}, policy: constFactory(S3FIFOPolicy(eviction.S3FIFOConfig{})),
 			recompute: &costmodel.Recompute{Beta: 2e-7}, link: costmodel.Link{BytesPerSecond: 1e9}},
+		// Policies with no optional interface (compensated call by call
+		// on rollback), over three tiers.
+		{name: "paged-3tier-plain", kind: layout.PagedLayer, gpu: Capacity{Units: 30}, cpu: Capacity{Units: 4},
+			third: Capacity{Units: 8}, plain: true},
+		// Four small tiers and a Decider that moves every victim it is
+		// asked about (blocks lacking a unit too).
+		{name: "bsa-4tier-always", kind: layout.BSA, windows: []int{6, 0}, gpu: Capacity{Units: 60}, cpu: Capacity{Units: 6},
+			third: Capacity{Units: 8}, more: []Capacity{{Units: 10}}, decider: func(Victim) bool { return true }},
 	}
 }
 
@@ -154,6 +169,9 @@ func (mc modelConfig) tiers() []TierConfig {
 	tiers := GPUAndCPU(mc.gpu, mc.cpu)
 	if mc.third != (Capacity{}) {
 		tiers = append(tiers, TierConfig{Name: "disk", Capacity: mc.third})
+	}
+	for i, more := range mc.more {
+		tiers = append(tiers, TierConfig{Name: fmt.Sprintf("store%d", i+1), Capacity: more})
 	}
 	for i := range tiers {
 		if mc.policy != nil {
@@ -231,16 +249,17 @@ func newHarness(t testing.TB, mc modelConfig, choose func(int) int) *harness {
 	h := &harness{t: t, store: store, mover: &faultyMover{inner: store}, lay: l, choose: choose,
 		ref: map[SeqID]*refSeq{}, counts: map[string]int{}, clock: &eviction.ManualClock{},
 		routed: map[uint64][]Tier{}}
-	cfg := Config{Layout: l, Tiers: mc.tiers(), Mover: h.mover, Recompute: mc.recompute, Clock: h.clock, MaxBlocks: mc.maxBlocks, Events: func(e Event) {
-		h.events = append(h.events, e)
-		h.route(e)
-		// A sink with a bug, now and then, after it recorded the
-		// event: the cache must count it and go on delivering.
-		if h.choose(64) == 0 {
-			h.sinkPanics++
-			panic("injected sink bug")
-		}
-	}}
+	cfg := Config{Layout: l, Tiers: mc.tiers(), Mover: h.mover, Recompute: mc.recompute, Decider: mc.decider,
+		Clock: h.clock, MaxBlocks: mc.maxBlocks, Events: func(e Event) {
+			h.events = append(h.events, e)
+			h.route(e)
+			// A sink with a bug, now and then, after it recorded the
+			// event: the cache must count it and go on delivering.
+			if h.choose(64) == 0 {
+				h.sinkPanics++
+				panic("injected sink bug")
+			}
+		}}
 	if mc.chaos > 0 && mc.recompute != nil {
 		// The cost model decides what eviction does: a weight function
 		// with a bug poisons the cache like a policy.
@@ -257,6 +276,21 @@ func newHarness(t testing.TB, mc modelConfig, choose func(int) int) *harness {
 			return weight(i, n)
 		}
 		cfg.Recompute = &rc
+	}
+	if mc.plain {
+		for i := range cfg.Tiers {
+			f := cfg.Tiers[i].Policy
+			if f == nil {
+				f = LRUPolicy()
+			}
+			cfg.Tiers[i].Policy = func(info PoolInfo) (eviction.Policy[UnitID], error) {
+				p, err := f(info)
+				if err != nil {
+					return nil, err
+				}
+				return plainPolicy{p}, nil
+			}
+		}
 	}
 	if mc.chaos > 0 {
 		h.chaos = &chaosWorld{choose: choose, oneIn: mc.chaos, breaches: map[string]int{}, cpuPinnedLiar: mc.cpuPinnedLiar}
@@ -364,16 +398,21 @@ func (h *harness) record(p Plan, lookups bool) {
 	}
 }
 
-// countCopy counts the copies that use a third tier, so that the test
-// shows it ran them.
+// countCopy counts the copies that use a tier below the CPU, so that the
+// test shows it ran them.
 func (h *harness) countCopy(cp Copy) {
 	switch {
-	case cp.To == CPU+1:
-		h.counts["move down to a third tier"]++
-	case cp.From == CPU+1 && cp.To == GPU:
-		h.counts["load from a third tier"]++
+	case cp.To > CPU:
+		h.counts["move down below the CPU"]++
+	case cp.From > CPU && cp.To == GPU:
+		h.counts["load from below the CPU"]++
 	}
 }
+
+// plainPolicy hides every optional interface of the policy it wraps
+// (eviction.Transactional, PinnedInserter, PinnedAccessIgnorer): a user's
+// policy may have none.
+type plainPolicy struct{ eviction.Policy[UnitID] }
 
 // recordSparse adds a SparseAccess result of a sequence of n tokens to
 // the ledger.
@@ -1362,7 +1401,10 @@ func (h *harness) step() {
 	if failing && h.mover.failed == failedBefore {
 		h.mover.armed = false
 	}
-	h.checkNoWastedOffload(partly, before.events)
+	if h.c.decider == nil {
+		// The default Decider's rule (a custom one may move anything).
+		h.checkNoWastedOffload(partly, before.events)
+	}
 	if c.Stats().PrunedBlocks > before.stats.PrunedBlocks {
 		h.counts["pruned"]++
 	}
@@ -1497,7 +1539,7 @@ func TestModelRandomized(t *testing.T) {
 				require.Positive(t, total[k], "operation %q never ran", k)
 			}
 			for _, k := range []string{"victim of a partly dropped block dropped", "pruned", "mover panicked", "abort",
-				"move down to a third tier", "load from a third tier",
+				"move down below the CPU", "load from below the CPU",
 				"commit", "prompt being written by another", "truncate recompute", "recompute of a block with CPU copies"} {
 				rare[k] += total[k]
 			}
@@ -1555,7 +1597,7 @@ func TestModelCPUPolicyEvictsPinned(t *testing.T) {
 			continue
 		}
 		t.Run(mc.name, func(t *testing.T) {
-			mc.chaos, mc.cpuPinnedLiar = math.MaxInt32, true
+			mc.chaos, mc.cpuPinnedLiar = math.MaxInt32, true // every tier below the GPU lies
 			total, breaches := map[string]int{}, map[string]int{}
 			for seed := range uint64(runs) {
 				h := runModel(t, mc, seed+500, steps)
@@ -1566,7 +1608,8 @@ func TestModelCPUPolicyEvictsPinned(t *testing.T) {
 					breaches[k] += v
 				}
 				if h.poisoned != nil {
-					require.ErrorContains(t, h.poisoned, "cpu policy of pool")
+					require.ErrorContains(t, h.poisoned, "policy of pool")
+					require.NotContains(t, h.poisoned.Error(), "gpu policy")
 					require.ErrorContains(t, h.poisoned, "Evict returned")
 				}
 			}

@@ -3,7 +3,9 @@ package kvcache
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/kvtier/kvtier/costmodel"
 	"github.com/kvtier/kvtier/eviction"
@@ -296,4 +298,111 @@ func TestFactoryPanicIsAnError(t *testing.T) {
 	var pe *PanicError
 	require.True(t, errors.As(err, &pe))
 	require.Equal(t, "factory bug", pe.Value)
+}
+
+// goexitMover ends its goroutine (runtime.Goexit, as t.FailNow does) in its
+// armed call, after performing the first copy of the batch.
+type goexitMover struct {
+	inner *MemoryStore
+	armed bool
+}
+
+func (m *goexitMover) Copy(batch []Copy) error {
+	if m.armed {
+		m.armed = false
+		_ = m.inner.Copy(batch[:1])
+		runtime.Goexit()
+	}
+	return m.inner.Copy(batch)
+}
+
+// goexitPolicy is an LRU whose Evict ends its goroutine once armed.
+type goexitPolicy struct {
+	eviction.Policy[UnitID]
+	armed bool
+}
+
+func (p *goexitPolicy) Evict() (UnitID, bool) {
+	if p.armed {
+		p.armed = false
+		runtime.Goexit()
+	}
+	return p.Policy.Evict()
+}
+
+// inGoroutine runs f in a goroutine of its own (it may end it with
+// runtime.Goexit) and waits for it, failing the test if it hangs.
+func inGoroutine(t *testing.T, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call did not end")
+	}
+}
+
+// TestCallbackGoexitIsContained: user code that ends its goroutine
+// (runtime.Goexit) in the middle of an operation used to leave the
+// operation half-applied and kept as if it had succeeded: slots owned by
+// units never placed, victims taken out of their policies. A Mover that
+// exits is treated as one that panicked (the operation rolled back, the
+// units in the slots its batch may have written dropped); a policy that
+// exits poisons the cache, whose accounting stays exact. Either way the
+// lock is released: other goroutines go on.
+func TestCallbackGoexitIsContained(t *testing.T) {
+	l := tinyLayout(t, layout.AllLayers, nil)
+	t.Run("Mover", func(t *testing.T) {
+		tiers := GPUAndCPU(Capacity{Units: 2}, Capacity{Units: 2})
+		store, err := NewMemoryStore(l, tiers)
+		require.NoError(t, err)
+		m := &goexitMover{inner: store}
+		c, err := New(Config{Layout: l, Tiers: tiers, Mover: m})
+		require.NoError(t, err)
+		for _, base := range []uint32{0, 100} { // the second pushes the first to the CPU
+			a, err := c.Acquire(Request{Tokens: seqTokens(8, base)})
+			require.NoError(t, err)
+			finish(t, c, a.Seq)
+		}
+		// The next prompt moves the second one's units into the CPU
+		// slots of the first (which are dropped): the Mover exits after
+		// the first move, so after the rollback the first prompt's units
+		// hold slots the batch may have written.
+		m.armed = true
+		inGoroutine(t, func() { _, _ = c.Acquire(Request{Tokens: seqTokens(8, 200)}) })
+		require.NoError(t, c.checkInvariants())
+		st := c.Stats()
+		require.Equal(t, uint64(2), st.Tier(CPU).Lost, "both moves' destinations may have been written")
+		require.Equal(t, int64(2), st.Tier(GPU).Cached, "the GPU victims are back in their slots")
+		require.Zero(t, st.Sequences)
+		p, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
+		require.NoError(t, err, "not poisoned")
+		finish(t, c, p.Seq)
+		require.NoError(t, c.checkInvariants())
+	})
+	t.Run("Policy", func(t *testing.T) {
+		var gp *goexitPolicy
+		factory := func(info PoolInfo) (eviction.Policy[UnitID], error) {
+			p := &goexitPolicy{Policy: eviction.NewLRU[UnitID]()}
+			if info.Tier == GPU {
+				gp = p
+			}
+			return p, nil
+		}
+		c, err := New(Config{Layout: l, Tiers: tiersOf(Capacity{Units: 2}, Capacity{Units: 4}, factory, factory)})
+		require.NoError(t, err)
+		a, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
+		require.NoError(t, err)
+		finish(t, c, a.Seq)
+		gp.armed = true
+		inGoroutine(t, func() { _, _ = c.Acquire(Request{Tokens: seqTokens(8, 100)}) })
+		require.NoError(t, c.checkAccounting(false))
+		_, err = c.Acquire(Request{Tokens: seqTokens(4, 200)})
+		require.ErrorIs(t, err, ErrPolicy)
+		require.ErrorContains(t, err, "Goexit")
+	})
 }

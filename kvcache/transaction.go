@@ -29,9 +29,11 @@ import (
 // undoes the log newest first, so a failed operation leaves every block
 // record, reference, unit, slot and pin as it was, and no caller
 // compensates by hand. A policy that implements eviction.Transactional is
-// told Begin, Commit and Rollback around steps 3 to 5 and undoes its own
+// told Begin before step 3 and Rollback on a failure, and undoes its own
 // calls exactly; another is compensated call by call (victims inserted
-// again, pins undone by Unpin).
+// again, pins undone by Unpin). It is told Commit at the start of step 5,
+// before it hears of the units placed in its arena: those Inserts come
+// after the copies, when nothing can fail any more.
 
 // action is what a need does to its unit.
 type action uint8
@@ -127,6 +129,11 @@ type txn struct {
 	seq *sequence
 	// recording says whether the policies were told Begin.
 	recording bool
+	// executing says that execute runs, committing that commit does, and
+	// moverExited that the Mover ended the goroutine (runtime.Goexit) in
+	// the middle: unlock, which runs anyway, finishes the operation (see
+	// exited).
+	executing, committing, moverExited bool
 }
 
 func (t *txn) reset() {
@@ -140,6 +147,7 @@ func (t *txn) reset() {
 	t.seq = nil
 	t.open = false
 	t.recording = false
+	t.executing, t.committing, t.moverExited = false, false, false
 }
 
 func (t *txn) log(r undoRec) { t.undo = append(t.undo, r) }
@@ -226,6 +234,7 @@ func (c *Cache) addCopyNeed(u, src UnitID) action {
 // panicking Mover leaves (see copyFailed).
 func (c *Cache) execute() error {
 	t := &c.tx
+	t.executing = true
 	if err := c.stage(); err != nil {
 		c.unstage()
 		c.rollback()
@@ -628,6 +637,7 @@ func (c *Cache) place(a *arena, u UnitID, pinned bool) {
 // commit applies a successful transaction and closes it.
 func (c *Cache) commit() {
 	t := &c.tx
+	t.committing = true
 	c.commitPolicies()
 	for i := range t.victims {
 		v := &t.victims[i]
@@ -691,7 +701,28 @@ func (c *Cache) commit() {
 	}
 	t.undo = t.undo[:0]
 	t.temps = t.temps[:0]
-	t.open = false
+	t.open, t.executing, t.committing = false, false, false
+}
+
+// exited finishes an operation whose goroutine user code ended
+// (runtime.Goexit) while it executed, as it would have had the code
+// panicked: a Mover's batch failed with unknown writes (copyFailed), a
+// policy or Decider broke the cache (poisoned already), whose transaction
+// is rolled back unless its commit had begun (then what the commit had
+// not done yet is lost, and the cache stays poisoned).
+func (c *Cache) exited() {
+	t := &c.tx
+	switch {
+	case t.moverExited:
+		_ = c.copyFailed(newPanicError("Mover.Copy", goexitValue))
+	case t.committing:
+		if c.poisoned == nil {
+			c.poisoned = fmt.Errorf("%w: the operation's goroutine ended during its commit", ErrPolicy)
+		}
+		t.reset()
+	default:
+		c.rollback()
+	}
 }
 
 // close ends a transaction that succeeded without executing (or after it):
