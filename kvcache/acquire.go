@@ -63,6 +63,7 @@ func (c *Cache) Acquire(req Request) (_ Plan, err error) {
 	}
 	s.promptBlocks = c.geom.numBlocks(len(req.Tokens))
 	c.begin(nil)
+	c.tx.owner = s
 	if req.Sparse {
 		return c.acquireSparse(s, req.Tokens, nodes), nil
 	}

@@ -47,8 +47,9 @@ type arena struct {
 
 	// counters for Stats
 	hits, misses, evictions, drops, lost uint64
-	// moved counts the units this arena received from the tier above.
-	moved uint64
+	// moved counts the units this arena received from the tier above;
+	// failed the transfers into it that failed (see transfers.go).
+	moved, failed uint64
 }
 
 func newArena(c *Cache, tier Tier, pool, slots int, p eviction.Policy[UnitID]) *arena {
@@ -140,15 +141,20 @@ func (a *arena) unpin(u UnitID) {
 }
 
 // pinResident pins u, which holds slot s of the arena, for the running
-// transaction (see txPinned).
-func (a *arena) pinResident(u UnitID, s int32) {
-	a.pin(u)
+// transaction (see txPinned). tell is false when the policy has u pinned
+// already (a transfer holds it): a policy's pin is a flag, not a count.
+func (a *arena) pinResident(u UnitID, s int32, tell bool) {
+	if tell {
+		a.pin(u)
+	}
 	a.txPinned[s] = true
 }
 
 // unpinResident undoes pinResident.
-func (a *arena) unpinResident(u UnitID, s int32) {
-	a.unpin(u)
+func (a *arena) unpinResident(u UnitID, s int32, tell bool) {
+	if tell {
+		a.unpin(u)
+	}
 	a.txPinned[s] = false
 }
 

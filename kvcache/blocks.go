@@ -33,6 +33,13 @@ func (c *Cache) gainBytes(b int32) {
 // whole reports whether every unit of block b holds bytes.
 func (c *Cache) whole(b int32) bool { return c.units.blocks[b].held == int32(c.geom.slices) }
 
+// hasBytes reports whether unit u holds bytes: it is on a tier and, on
+// the GPU, not unwritten (see unitUnwritten).
+func (c *Cache) hasBytes(u UnitID) bool {
+	st := c.units.of(u)
+	return st.tier != Dropped && st.flags&unitUnwritten == 0
+}
+
 // lacksBytes reports whether a unit of block b in a pool of pools (all
 // pools when pools is nil) has no bytes.
 func (c *Cache) lacksBytes(b int32, pools []bool) bool {
@@ -44,7 +51,7 @@ func (c *Cache) lacksBytes(b int32, pools []bool) bool {
 			continue
 		}
 		for _, sl := range c.geom.pools[p].slices {
-			if c.units.tierOf(c.units.id(b, sl)) == Dropped {
+			if !c.hasBytes(c.units.id(b, sl)) {
 				return true
 			}
 		}

@@ -39,6 +39,8 @@ type Cache struct {
 
 	// The user's code the cache calls (callbacks.go).
 	mover     Mover
+	engine    TransferEngine
+	xfer      transfers // transfers in flight (transfers.go)
 	decider   Decider
 	recompute *costmodel.Recompute
 
@@ -82,7 +84,11 @@ func New(cfg Config) (*Cache, error) {
 		writing: make(map[uint64]int32),
 		nextSeq: 1,
 		mover:   cfg.Mover,
+		engine:  cfg.Engine,
 		decider: cfg.Decider,
+	}
+	if c.engine != nil {
+		c.xfer.init()
 	}
 	if cfg.Recompute != nil {
 		r := *cfg.Recompute
@@ -110,6 +116,9 @@ func New(cfg Config) (*Cache, error) {
 func validateConfig(cfg *Config) error {
 	if n := len(cfg.Tiers); n == 0 || n > MaxTiers {
 		return fmt.Errorf("%w: %d tiers, want 1 to %d", ErrInvalidConfig, n, MaxTiers)
+	}
+	if cfg.Mover != nil && cfg.Engine != nil {
+		return fmt.Errorf("%w: both a Mover and an Engine: set one", ErrInvalidConfig)
 	}
 	if cfg.EventBuffer < 0 {
 		return fmt.Errorf("%w: EventBuffer %d is negative", ErrInvalidConfig, cfg.EventBuffer)

@@ -83,6 +83,7 @@ func (c *Cache) Abort(id SeqID) (err error) {
 func (c *Cache) commitThrough(s *sequence, upTo int) (committed bool) {
 	full := upTo / c.geom.blockTokens
 	s.restored = s.restored[:0]
+	c.rewritten(s, upTo)
 	for i := s.firstPrivate; i < full; i++ {
 		b := s.blocks[i]
 		if c.units.blocks[b].node != nil {
@@ -92,12 +93,68 @@ func (c *Cache) commitThrough(s *sequence, upTo int) (committed bool) {
 		if i > 0 {
 			parent = c.units.blocks[s.blocks[i-1]].node
 		}
+		if c.engine != nil && !c.settled(s, i, parent) {
+			// A unit of the block, or of the equal block cached
+			// already, is still in flight: the commit waits for it
+			// (poll and unlock come back to it).
+			s.firstPrivate = i
+			s.declaredUpTo = max(s.declaredUpTo, upTo)
+			c.xfer.declared[s] = struct{}{}
+			return committed
+		}
 		c.unindexWriting(b)
 		c.commitBlock(s, i, parent)
 		committed = true
 	}
 	s.firstPrivate = max(s.firstPrivate, full)
 	return committed
+}
+
+// settled reports whether private block i of s can be committed now: none
+// of its units, nor of the equal block already cached under parent (which
+// it would merge into), is in flight or waiting to be rewritten.
+func (c *Cache) settled(s *sequence, i int, parent *radix.Node[int32]) bool {
+	if c.unsettled(s.blocks[i]) {
+		return false
+	}
+	B := c.geom.blockTokens
+	n, err := c.tree.Child(parent, s.keys, s.tokens[i*B:(i+1)*B], s.extra)
+	return err != nil || n == nil || !c.unsettled(n.Value)
+}
+
+// unsettled reports whether a unit of block b is in flight or unwritten.
+func (c *Cache) unsettled(b int32) bool {
+	for sl := range c.geom.slices {
+		if st := c.units.of(c.units.id(b, sl)); st.busy > 0 || st.flags != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// rewritten declares written the units s owed (see Readiness and
+// actRewrite) whose blocks lie wholly below token upTo or end there with
+// the sequence: they hold bytes again.
+func (c *Cache) rewritten(s *sequence, upTo int) {
+	if len(s.rewrite) == 0 {
+		return
+	}
+	B := c.geom.blockTokens
+	keep := s.rewrite[:0]
+	for _, u := range s.rewrite {
+		i, ok := c.indexIn(s, u)
+		switch {
+		case !ok || c.units.of(u).flags&unitUnwritten == 0:
+			// Not the sequence's any more, or rewritten by another.
+		case min((i+1)*B, len(s.tokens)) <= upTo:
+			c.clearUnwritten(u)
+			c.gainBytes(c.units.block(u))
+			c.emitMove(u, Dropped, GPU)
+		default:
+			keep = append(keep, u)
+		}
+	}
+	s.rewrite = keep
 }
 
 // commitBlock inserts full block i of s into the tree under parent (the

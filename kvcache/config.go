@@ -102,9 +102,15 @@ type Config struct {
 	// Clock is handed to policy factories. Nil means a new
 	// eviction.SystemClock.
 	Clock eviction.Clock
-	// Mover executes the copies the cache plans. Nil means metadata only:
-	// copies are planned, counted and reported, no bytes move (simulations).
+	// Mover executes the copies the cache plans inside its calls. Nil (and
+	// no Engine) means metadata only: copies are planned, counted and
+	// reported, no bytes move (simulations).
 	Mover Mover
+	// Engine moves the bytes of the copies the cache plans off its lock,
+	// asynchronously: operations return at once, with the units in flight
+	// marked, and Poll applies what the engine finished (see
+	// TransferEngine). Set at most one of Mover and Engine.
+	Engine TransferEngine
 	// Events, when not nil, receives every event (see EventSink).
 	Events EventSink
 	// EventBuffer is the capacity, in events, of the buffer that

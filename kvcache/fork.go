@@ -39,6 +39,7 @@ func (c *Cache) Fork(id SeqID) (_ Plan, err error) {
 		writeFrom:    s.writeFrom,
 		promptBlocks: s.promptBlocks,
 	}
+	c.tx.owner = child
 	nb := len(child.blocks)
 	cowDst, cowSrc := int32(-1), int32(-1)
 	full := len(s.tokens) / B

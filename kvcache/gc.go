@@ -18,7 +18,9 @@ func (c *Cache) collectPending() {
 func (c *Cache) collect(b int32) {
 	for {
 		r := &c.units.blocks[b]
-		if !r.live || r.refs > 0 || r.held > 0 {
+		if !r.live || r.refs > 0 || r.held > 0 || r.pending > 0 {
+			// In use, or a transfer or a unit without bytes holds one
+			// of its slots (unpend comes back to it).
 			return
 		}
 		if r.node == nil {
@@ -48,13 +50,21 @@ func (c *Cache) collect(b int32) {
 // discardPrivate frees a private block that no sequence holds any more: its
 // units leave their tiers (nothing uncommitted is reusable). sparse says
 // whether its last holder was sparse (the reference it held on a recompute
-// copy's twin was counted so).
+// copy's twin was counted so). Units that a transfer still holds are freed
+// when it ends, and the block with them (see unpend).
 func (c *Cache) discardPrivate(b int32, sparse bool) {
 	for sl := range c.geom.slices {
-		c.freeUnit(c.units.id(b, sl))
+		if u := c.units.id(b, sl); c.units.of(u).busy == 0 {
+			c.freeUnit(u)
+		}
 	}
 	c.unindexWriting(b)
-	twin := c.units.blocks[b].twin
+	r := &c.units.blocks[b]
+	if r.pending > 0 {
+		r.orphan, r.orphanSparse = true, sparse
+		return
+	}
+	twin := r.twin
 	c.units.release(b)
 	if twin >= 0 {
 		c.unref(twin, sparse)
@@ -62,29 +72,42 @@ func (c *Cache) discardPrivate(b int32, sparse bool) {
 }
 
 // freeUnit releases u's slot, if any, and marks it dropped without an
-// event: the unit was never reusable or is being forgotten.
+// event: the unit was never reusable or is being forgotten. No transfer
+// may hold it.
 func (c *Cache) freeUnit(u UnitID) {
-	t := c.units.tierOf(u)
+	st := c.units.of(u)
+	t := st.tier
 	if t == Dropped {
 		return
 	}
 	a := c.tiers.arena(t, c.poolOf(u))
-	a.remove(u, t == GPU && c.units.pinsOf(u) > 0)
-	a.push(c.units.slotOf(u))
+	a.remove(u, t == GPU && (st.pins > 0 || gpuHeld(st)))
+	a.push(st.slot)
 	c.units.place(u, Dropped, -1)
-	c.units.of(u).pins = 0
+	st.pins = 0
+	if st.flags&unitUnwritten != 0 {
+		// Counted out of its block already.
+		c.clearUnwritten(u)
+		return
+	}
 	c.units.rec(u).held--
 }
 
 // dropResident drops u, an evictable unit holding a slot: its bytes are
 // not to be trusted (a restore nobody declared written, a slot a panicking
-// Mover may have written).
+// Mover may have written). A GPU unit a transfer still holds becomes
+// unwritten instead, and is dropped when the transfer ends.
 func (c *Cache) dropResident(u UnitID) {
-	t := c.units.tierOf(u)
+	st := c.units.of(u)
+	t := st.tier
+	c.units.rec(u).held--
+	c.emitMove(u, t, Dropped)
+	if t == GPU && st.busy > 0 {
+		c.setUnwritten(u)
+		return
+	}
 	a := c.tiers.arena(t, c.poolOf(u))
 	a.remove(u, false)
-	a.push(c.units.slotOf(u))
-	c.units.rec(u).held--
+	a.push(st.slot)
 	c.dropUnit(u)
-	c.emitMove(u, t, Dropped)
 }

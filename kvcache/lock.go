@@ -103,6 +103,7 @@ func (c *Cache) unlock(err *error) {
 			c.close()
 		}
 	}
+	c.settleTransfers()
 	c.collectPending()
 	c.pruneMetadata()
 	c.reportBreach(err)

@@ -123,7 +123,7 @@ func (c *Cache) queuePins(old, new pinSpan, same int, cow, src int32) {
 					} else {
 						a = c.addNeed(base | UnitID(sl))
 					}
-					fresh = fresh || a == actFresh
+					fresh = fresh || a == actFresh || a == actRewrite
 				}
 			}
 			if fresh {

@@ -53,6 +53,12 @@ type Plan struct {
 	// RecomputeTokens counts the tokens of Compute that were cached once
 	// and must be recomputed because a unit was dropped.
 	RecomputeTokens int
+	// Loading counts, with a TransferEngine, the units the call placed
+	// whose bytes are still moving when it returns (loads, copies, and
+	// fresh units whose slot's old content is still moving down), and the
+	// units it hit that other operations are still loading: the
+	// sequence's kernels wait for them (Readiness). It is 0 with a Mover.
+	Loading int
 	// BeingWrittenTokens counts, for Acquire, the prompt tokens past the
 	// cached prefix whose blocks other live sequences are writing now
 	// (computed, not yet committed). They are not shared before their
@@ -77,6 +83,8 @@ type scratch struct {
 	hashes []uint64
 	pools  []bool
 	copies []int
+	// declared holds the sequences whose waiting commits are retried.
+	declared []*sequence
 }
 
 // countUnits returns what the committed transaction did, by Counts.
@@ -91,7 +99,7 @@ func (c *Cache) countUnits() Counts {
 			k.Onboarded++
 		case actCopy:
 			k.Copied++
-		case actFresh, actRecompute:
+		case actFresh, actRecompute, actRewrite:
 			k.Computed++
 		}
 	}
@@ -109,6 +117,7 @@ func (c *Cache) countUnits() Counts {
 // with s's buffer behind Executed.
 func (c *Cache) fillPlan(p *Plan, s *sequence) {
 	p.Counts = c.countUnits()
+	p.Loading = c.tx.loading
 	s.executed = append(s.executed[:0], c.tx.batch...)
 	if len(s.executed) > 0 {
 		p.Executed = s.executed

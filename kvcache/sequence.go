@@ -120,6 +120,14 @@ type sequence struct {
 	// sequence's plans.
 	compute  []TokenRange
 	executed []Copy
+	// waits lists the transfers the sequence waits on (see transfers.go
+	// and Readiness); rewrite holds the units whose loads failed that it
+	// must write (recompute) and declare written; declaredUpTo is the
+	// largest Commit (or implicit commit) it made, kept while a block it
+	// covers is still in flight.
+	waits        []transferID
+	rewrite      []UnitID
+	declaredUpTo int
 }
 
 // priority returns the priority and duration of block i of s.

@@ -177,6 +177,15 @@ func (c *Cache) fillSparse(s *sequence, keys []UnitID, res *SparseResult) {
 		case actOnboard:
 			from = n.from
 			res.BytesOnboarded += ub
+		case actRewrite:
+			// Its load failed: the layer's kernel restores it now, as
+			// a dropped unit.
+			c.clearUnwritten(n.u)
+			c.gainBytes(c.units.block(n.u))
+			c.emitMove(n.u, Dropped, GPU)
+			from = Dropped
+			recomputed = append(recomputed, b)
+			s.restored = append(s.restored, n.u)
 		default:
 			from = Dropped
 			recomputed = append(recomputed, b)

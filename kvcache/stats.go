@@ -33,7 +33,10 @@ type TierStats struct {
 	// of them that were dropped (the others moved down a tier).
 	Evictions, Drops uint64
 	// MovedIn counts the units this tier received from the tier above.
-	MovedIn uint64
+	// Failed counts, with a TransferEngine, the units whose transfer into
+	// this tier failed (see Cache.Poll): loads and copies for the GPU,
+	// moves down below it.
+	MovedIn, Failed uint64
 	// Lost counts units dropped because a Mover panicked during a batch
 	// that would have written their slots: their bytes are unknown.
 	Lost uint64
@@ -174,5 +177,6 @@ func addArena(t *TierStats, a *arena, unit int64) {
 	t.Evictions += a.evictions
 	t.Drops += a.drops
 	t.MovedIn += a.moved
+	t.Failed += a.failed
 	t.Lost += a.lost
 }

@@ -48,7 +48,16 @@ const (
 	// copying it back would be overwritten: it gets a fresh GPU slot and
 	// its copy below is released at commit.
 	actRecompute
+	// actRewrite: the unit keeps its GPU slot but has no bytes (its load
+	// failed, see unitUnwritten): it is pinned like a hit and its block is
+	// computed, by the sequence that declares it written (its rewrite
+	// list).
+	actRewrite
 )
+
+// pinsInPlace reports whether a keeps the unit in its GPU slot: a hit or
+// a rewrite.
+func (a action) pinsInPlace() bool { return a == actHit || a == actRewrite }
 
 // need is one unit an operation wants pinned on the GPU.
 type need struct {
@@ -125,10 +134,24 @@ type txn struct {
 	crossings []UnitID
 	// seq is the live sequence the operation changes (Append, Truncate,
 	// SparseAccess, Commit), nil for one it creates: the units the
-	// operation unpins are its (see copyFailed).
-	seq *sequence
+	// operation unpins are its (see copyFailed). owner is the sequence the
+	// operation is for, new or not: it waits on the operation's
+	// transfers, of which loading of its units are still in flight after
+	// the call.
+	seq     *sequence
+	owner   *sequence
+	loading int
+	// maxLoadTokens is the operation's Request.MaxLoadTokens (see
+	// submit).
+	maxLoadTokens int
 	// recording says whether the policies were told Begin.
 	recording bool
+	// moves and chains describe the batch for a TransferEngine (see
+	// transfers.go): what each copy does, and which copies make each
+	// need's slot ready; submitted lists the transfers made of them.
+	moves     []move
+	chains    []chain
+	submitted []transferID
 	// executing says that execute runs, committing that commit does, and
 	// moverExited that the Mover ended the goroutine (runtime.Goexit) in
 	// the middle: unlock, which runs anyway, finishes the operation (see
@@ -144,7 +167,10 @@ func (t *txn) reset() {
 	t.victims = t.victims[:0]
 	t.temps = t.temps[:0]
 	t.crossings = t.crossings[:0]
-	t.seq = nil
+	t.moves = t.moves[:0]
+	t.chains = t.chains[:0]
+	t.submitted = t.submitted[:0]
+	t.seq, t.owner, t.loading, t.maxLoadTokens = nil, nil, 0, 0
 	t.open = false
 	t.recording = false
 	t.executing, t.committing, t.moverExited = false, false, false
@@ -157,7 +183,7 @@ func (t *txn) log(r undoRec) { t.undo = append(t.undo, r) }
 func (c *Cache) begin(s *sequence) {
 	c.tx.reset()
 	c.tx.open = true
-	c.tx.seq = s
+	c.tx.seq, c.tx.owner = s, s
 }
 
 // newBlock allocates a block record for the running transaction.
@@ -183,34 +209,55 @@ func (c *Cache) ref(b int32, sparse bool) {
 	c.tx.log(undoRec{kind: undoRef, b: b, sparse: sparse, prev: prev})
 }
 
+// A GPU unit is pinned in its policy while a sequence pins it (pins > 0),
+// a transfer holds it (busy > 0, see transfers.go) or it has no bytes
+// (unitUnwritten): pinUnit and unpinUnit tell the policy only when the
+// first reason comes or the last goes, since a policy's pin is a flag,
+// not a count.
+
+// gpuHeld reports whether GPU unit st stays pinned in its policy whatever
+// its pins.
+func gpuHeld(st *unitState) bool { return st.busy > 0 || st.flags&unitUnwritten != 0 }
+
 // pinUnit adds a pin to u, which is on the GPU.
 func (c *Cache) pinUnit(u UnitID) {
-	i := c.units.ix(u)
-	c.units.state[i].pins++
-	if c.units.state[i].pins == 1 {
+	st := c.units.of(u)
+	st.pins++
+	if st.pins == 1 && !gpuHeld(st) {
 		c.tiers.arena(GPU, c.poolOf(u)).pin(u)
 	}
 }
 
-// unpinUnit removes a pin from u, which is on the GPU.
+// unpinUnit removes a pin from u, which is on the GPU. A unit without
+// bytes that nothing holds any more is dropped when the operation ends
+// (dropLater).
 func (c *Cache) unpinUnit(u UnitID) {
-	i := c.units.ix(u)
-	c.units.state[i].pins--
-	if c.units.state[i].pins == 0 {
+	st := c.units.of(u)
+	st.pins--
+	if st.pins > 0 {
+		return
+	}
+	switch {
+	case !gpuHeld(st):
 		c.tiers.arena(GPU, c.poolOf(u)).unpin(u)
+	case st.busy == 0:
+		c.dropLater(u)
 	}
 }
 
 // addNeed queues u to be pinned on the GPU and returns its action.
 func (c *Cache) addNeed(u UnitID) action {
 	n := need{u: u, slot: c.units.slotOf(u)}
-	switch t := c.units.tierOf(u); t {
+	switch st := c.units.of(u); st.tier {
 	case GPU:
 		n.act = actHit
+		if st.flags&unitUnwritten != 0 {
+			n.act = actRewrite
+		}
 	case Dropped:
 		n.act = actFresh
 	default:
-		n.act, n.from = actOnboard, t
+		n.act, n.from = actOnboard, st.tier
 	}
 	c.tx.needs = append(c.tx.needs, n)
 	return n.act
@@ -219,8 +266,9 @@ func (c *Cache) addNeed(u UnitID) action {
 // addCopyNeed queues u (with no bytes) to get a GPU slot filled from src;
 // when src has no bytes either, u is fresh (to compute).
 func (c *Cache) addCopyNeed(u, src UnitID) action {
-	t := c.units.tierOf(src)
-	if t == Dropped {
+	st := c.units.of(src)
+	t := st.tier
+	if t == Dropped || st.flags&unitUnwritten != 0 {
 		c.tx.needs = append(c.tx.needs, need{u: u, act: actFresh})
 		return actFresh
 	}
@@ -252,7 +300,7 @@ func (c *Cache) execute() error {
 		n := &t.needs[i]
 		p := c.poolOf(n.u)
 		switch n.act {
-		case actHit:
+		case actHit, actRewrite:
 			if n.pinned {
 				c.tiers.arena(GPU, p).pin(n.u)
 			}
@@ -279,10 +327,11 @@ func (c *Cache) execute() error {
 	}
 	for i := range t.needs {
 		n := &t.needs[i]
-		if n.act == actHit {
+		if n.act.pinsInPlace() {
 			continue
 		}
 		p := c.poolOf(n.u)
+		copyStart, moveStart := len(t.batch), len(t.moves)
 		s, ok, err := c.takeSlot(GPU, p)
 		if err == nil && !ok {
 			// The capacity check found the slots.
@@ -298,9 +347,19 @@ func (c *Cache) execute() error {
 		c.tiers.arena(GPU, p).owner[s] = n.u
 		switch n.act {
 		case actOnboard:
+			c.recordMove(move{kind: moveLoad, from: n.from, u: n.u, slot: c.units.slotOf(n.u)})
 			t.batch = append(t.batch, Copy{Pool: p, From: n.from, FromSlot: c.units.slotOf(n.u), To: GPU, ToSlot: s})
 		case actCopy:
+			c.recordMove(move{kind: moveCopy, from: n.from, u: n.u, src: n.src})
 			t.batch = append(t.batch, Copy{Pool: p, From: n.from, FromSlot: c.units.slotOf(n.src), To: GPU, ToSlot: s})
+		default:
+			if len(t.batch) > copyStart {
+				// Fresh in a slot whose victim is still moving down.
+				c.recordMove(move{kind: moveVacate, u: n.u})
+			}
+		}
+		if c.engine != nil && len(t.moves) > moveStart {
+			c.addChain(n, copyStart, moveStart)
 		}
 	}
 	if c.poisoned != nil {
@@ -312,13 +371,16 @@ func (c *Cache) execute() error {
 		}
 	}
 	c.commit()
+	if c.engine != nil {
+		t.loading = c.submit(t.owner, t.maxLoadTokens)
+	}
 	return nil
 }
 
 // pinResident pins u where it is, in tier t's arena of pool p, for the
 // running transaction.
 func (c *Cache) pinResident(u UnitID, t Tier, p int) {
-	c.tiers.arena(t, p).pinResident(u, c.units.slotOf(u))
+	c.tiers.arena(t, p).pinResident(u, c.units.slotOf(u), c.units.of(u).busy == 0)
 	c.tx.log(undoRec{kind: undoPinResident, tier: t, pool: int32(p), u: u})
 }
 
@@ -341,9 +403,15 @@ func (c *Cache) stage() error {
 	for _, u := range t.unpins {
 		st := c.units.of(u)
 		st.pins--
-		if st.pins == 0 {
+		switch {
+		case st.pins > 0:
+		case !gpuHeld(st):
 			t.crossings = append(t.crossings, u)
 			gained[c.poolOf(u)]--
+		case st.busy == 0:
+			// No bytes and nothing holds it once the operation is
+			// done: dropped then, unless a rollback pins it again.
+			c.dropLater(u)
 		}
 	}
 	for k := range t.needs {
@@ -351,7 +419,7 @@ func (c *Cache) stage() error {
 		p := c.poolOf(n.u)
 		var u UnitID
 		switch {
-		case n.act == actHit:
+		case n.act.pinsInPlace():
 			u = n.u
 		case n.act == actCopy && n.from == GPU:
 			u = n.src
@@ -361,7 +429,7 @@ func (c *Cache) stage() error {
 			continue
 		}
 		st := c.units.of(u)
-		n.pinned = st.pins == 0
+		n.pinned = st.pins == 0 && !gpuHeld(st)
 		if n.pinned {
 			gained[p]++
 		}
@@ -382,7 +450,7 @@ func (c *Cache) unstage() {
 	for i := range t.needs {
 		n := &t.needs[i]
 		switch {
-		case n.act == actHit:
+		case n.act.pinsInPlace():
 			c.units.of(n.u).pins--
 		case n.act == actCopy && n.from == GPU:
 			c.units.of(n.src).pins--
@@ -498,6 +566,7 @@ func (c *Cache) takeSlot(t Tier, p int) (slot int32, ok bool, err error) {
 			// Reserved for v, which the tier's policy hears of at
 			// commit, like every unit an operation places.
 			c.tiers.arena(t+1, p).owner[ds] = v
+			c.recordMove(move{kind: moveDown, from: t, u: v, slot: ds})
 			tx.batch = append(tx.batch, Copy{Pool: p, From: t, FromSlot: s, To: t + 1, ToSlot: ds})
 			to = ds
 		}
@@ -531,7 +600,8 @@ func (c *Cache) isVictim(a *arena, v UnitID) bool {
 	if s < 0 || int(s) >= a.capacity() || a.owner[s] != v {
 		return false
 	}
-	return !a.txPinned[s] && (a.tier != GPU || c.units.pinsOf(v) == 0)
+	st := c.units.of(v)
+	return !a.txPinned[s] && st.busy == 0 && (a.tier != GPU || (st.pins == 0 && st.flags&unitUnwritten == 0))
 }
 
 func (c *Cache) undoOne(r undoRec) {
@@ -541,7 +611,7 @@ func (c *Cache) undoOne(r undoRec) {
 	case undoUnpin:
 		c.pinUnit(r.u)
 	case undoPinResident:
-		c.tiers.arena(r.tier, int(r.pool)).unpinResident(r.u, c.units.slotOf(r.u))
+		c.tiers.arena(r.tier, int(r.pool)).unpinResident(r.u, c.units.slotOf(r.u), c.units.of(r.u).busy == 0)
 	case undoSlot:
 		a := c.tiers.arena(r.tier, int(r.pool))
 		if r.u == noUnit {
@@ -623,6 +693,24 @@ func (c *Cache) dropUnit(u UnitID) {
 	}
 }
 
+// markInFlight marks the units the committed transaction's copies move
+// (see transfers.go): each is held by its transfer.
+func (c *Cache) markInFlight() {
+	for _, m := range c.tx.moves {
+		c.hold(m.u)
+		st := c.units.of(m.u)
+		switch m.kind {
+		case moveDown:
+			st.flags |= unitStoring
+		case moveCopy:
+			st.flags |= unitLoading
+			c.hold(m.src)
+		default:
+			st.flags |= unitLoading
+		}
+	}
+}
+
 // place tells the policy of arena a about u, which the committing
 // transaction put in one of a's slots (pinned: a unit a sequence uses). A
 // policy that refuses it poisons the cache, and u is counted as tracked all
@@ -634,10 +722,16 @@ func (c *Cache) place(a *arena, u UnitID, pinned bool) {
 	}
 }
 
-// commit applies a successful transaction and closes it.
+// commit applies a successful transaction and closes it. With a
+// TransferEngine the copies have not run yet: the commit is the same (the
+// moves and copies are counted and reported as planned), but what they
+// move stays in flight (markInFlight): a victim moving down is pinned in
+// its new tier, a load's source stays in its slot below and a copy's
+// source stays pinned, until the transfer is done (see transfers.go).
 func (c *Cache) commit() {
 	t := &c.tx
 	t.committing = true
+	async := c.engine != nil && len(t.batch) > 0
 	c.commitPolicies()
 	for i := range t.victims {
 		v := &t.victims[i]
@@ -645,9 +739,9 @@ func (c *Cache) commit() {
 		a.evictions++
 		if v.to >= 0 {
 			da := c.tiers.arena(v.tier+1, int(v.pool))
-			c.place(da, v.u, false)
-			da.moved++
 			c.units.place(v.u, v.tier+1, v.to)
+			c.place(da, v.u, async)
+			da.moved++
 			c.st.offloads++
 			c.st.bytesMoved += c.geom.pools[v.pool].unitBytes
 			c.emitMove(v.u, v.tier, v.tier+1)
@@ -659,7 +753,11 @@ func (c *Cache) commit() {
 	}
 	for i := range t.needs {
 		n := &t.needs[i]
-		if n.act == actHit {
+		if n.act == actRewrite && t.owner != nil && !t.owner.sparse {
+			// Written by the owner's server, which declares it.
+			t.owner.rewrite = append(t.owner.rewrite, n.u)
+		}
+		if n.act.pinsInPlace() {
 			continue
 		}
 		p := c.poolOf(n.u)
@@ -667,8 +765,14 @@ func (c *Cache) commit() {
 		case actOnboard, actRecompute:
 			a := c.tiers.arena(n.from, p)
 			s := c.units.slotOf(n.u)
-			a.remove(n.u, true)
-			a.push(s)
+			if async && n.act == actOnboard {
+				// The load reads its slot below until it is done: the
+				// unit stays there, pinned (finishLoad frees it).
+				a.txPinned[s] = false
+			} else {
+				a.remove(n.u, true)
+				a.push(s)
+			}
 			if n.act == actOnboard {
 				c.st.onboards++
 				c.st.bytesMoved += c.geom.pools[p].unitBytes
@@ -692,11 +796,17 @@ func (c *Cache) commit() {
 		c.units.of(n.u).pins = 1
 		c.place(c.tiers.arena(GPU, p), n.u, true)
 	}
+	if async {
+		// Before the copy sources lose their pins: the transfers hold
+		// them now.
+		c.markInFlight()
+	}
 	for _, tp := range t.temps {
-		if tp.tier == GPU {
+		switch {
+		case tp.tier == GPU:
 			c.unpinUnit(tp.u)
-		} else {
-			c.tiers.arena(tp.tier, c.poolOf(tp.u)).unpinResident(tp.u, c.units.slotOf(tp.u))
+		default:
+			c.tiers.arena(tp.tier, c.poolOf(tp.u)).unpinResident(tp.u, c.units.slotOf(tp.u), c.units.of(tp.u).busy == 0)
 		}
 	}
 	t.undo = t.undo[:0]

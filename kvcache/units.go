@@ -58,12 +58,35 @@ type unitTable struct {
 
 // unitState is where a unit is: on a tier with a slot there, or Dropped
 // with slot -1; pins counts the sequences (and the running transaction)
-// that pin it on the GPU.
+// that pin it on the GPU; busy counts the unfinished transfers that read
+// or write its slot (see transfers.go), during which its policy keeps it
+// pinned and the slot is not freed.
 type unitState struct {
-	slot int32
-	pins int32
-	tier Tier
+	slot  int32
+	pins  int32
+	busy  uint16
+	tier  Tier
+	flags unitFlags
 }
+
+// unitFlags mark a unit whose bytes are in flight (see transfers.go).
+type unitFlags uint8
+
+const (
+	// unitLoading: the unit has its GPU slot but its bytes are not there
+	// yet (loading, copied on write, or the slot's old content still
+	// moving down): no kernel may read it, nor write a fresh one.
+	unitLoading unitFlags = 1 << iota
+	// unitStoring: a victim moving down; its bytes are not in its new
+	// slot yet.
+	unitStoring
+	// unitUnwritten: a GPU unit without bytes that keeps its slot: its
+	// load failed, or its sequence gave it up while a transfer still held
+	// the slot. Its block does not count it as held. A sequence that
+	// recomputes it and declares it written makes it whole again; once no
+	// pin and no transfer holds it, it is dropped (see Cache.dropLater).
+	unitUnwritten
+)
 
 // blockRec is the cache's record of one token block: its node in the prefix
 // tree (nil for a sequence's private block, which is partial, uncommitted or
@@ -102,6 +125,16 @@ type blockRec struct {
 	// metadata.go), linked through hollowPrev and hollowNext.
 	hollow                 bool
 	hollowPrev, hollowNext int32
+	// pending counts the block's units that a transfer holds (the sum of
+	// their unitState.busy) or that are unwritten: the block is not
+	// forgotten while a transfer reads or writes one of its slots or a
+	// unit without bytes keeps one. orphan says that it was to be
+	// forgotten meanwhile (a private block nobody holds any more), with
+	// orphanSparse the mode of its last holder: the last of them to go
+	// forgets it (see Cache.settle).
+	pending      int32
+	orphan       bool
+	orphanSparse bool
 	// gen is the record's generation (see unitTable).
 	gen uint32
 }

@@ -58,35 +58,56 @@ func (t *Tree[P]) Insert(dst []*Node[P], k Keys, tokens []uint32, extra []ExtraK
 // whole sequence, sorted by absolute position (else ErrInvalidExtraKey):
 // only those inside this block are used. On error the tree is unchanged.
 func (t *Tree[P]) InsertChild(parent *Node[P], k Keys, block []uint32, extra []ExtraKey) (*Node[P], bool, error) {
-	if len(block) != t.h.blockTokens {
-		return nil, false, fmt.Errorf("%w: %d tokens, want %d", ErrInvalidBlock, len(block), t.h.blockTokens)
-	}
-	if err := checkExtra(extra); err != nil {
-		return nil, false, err
-	}
-	if parent == nil {
-		parent = &t.root
-	} else {
-		if !t.owns(parent) {
-			return nil, false, fmt.Errorf("%w: parent %#x is removed or belongs to another tree", ErrNotInTree, parent.hash)
-		}
-		if parent.meta.keys != k {
-			return nil, false, fmt.Errorf("%w: keys %+v, parent's path has %+v", ErrKeysMismatch, k, parent.meta.keys)
-		}
-	}
-	b := t.h.blockTokens
-	start := int(parent.depth) * b
-	cursor := 0
-	bx := takeExtra(extra, &cursor, start, start+b)
-	var enc encoder
-	c, h, hashed := t.find(&enc, parent, k, start, block, bx)
-	if c != nil {
-		return c, false, nil
+	c, h, hashed, bx, err := t.child(&parent, k, block, extra)
+	if err != nil || c != nil {
+		return c, false, err
 	}
 	if !hashed {
+		var enc encoder
+		start := int(parent.depth) * t.h.blockTokens
 		h = t.h.hashBlock(&enc, parent.hash, parent == &t.root, k, start, block, bx)
 	}
 	return t.add(parent, k, block, bx, h), true, nil
+}
+
+// Child returns the cached child of parent (nil: a first block) that holds
+// block with keys k and the extra keys of the sequence, or nil when there
+// is none, without changing the tree: what InsertChild would return with
+// false. It returns the errors InsertChild does.
+func (t *Tree[P]) Child(parent *Node[P], k Keys, block []uint32, extra []ExtraKey) (*Node[P], error) {
+	c, _, _, _, err := t.child(&parent, k, block, extra)
+	return c, err
+}
+
+// child checks the arguments of InsertChild and Child, sets *parent to the
+// root sentinel when it is nil, and looks the block up: it returns the
+// child if cached, else the block's hash when the lookup computed it, and
+// the block's extra keys.
+func (t *Tree[P]) child(parent **Node[P], k Keys, block []uint32, extra []ExtraKey) (*Node[P], uint64, bool, []ExtraKey, error) {
+	if len(block) != t.h.blockTokens {
+		return nil, 0, false, nil, fmt.Errorf("%w: %d tokens, want %d", ErrInvalidBlock, len(block), t.h.blockTokens)
+	}
+	if err := checkExtra(extra); err != nil {
+		return nil, 0, false, nil, err
+	}
+	if *parent == nil {
+		*parent = &t.root
+	} else {
+		p := *parent
+		if !t.owns(p) {
+			return nil, 0, false, nil, fmt.Errorf("%w: parent %#x is removed or belongs to another tree", ErrNotInTree, p.hash)
+		}
+		if p.meta.keys != k {
+			return nil, 0, false, nil, fmt.Errorf("%w: keys %+v, parent's path has %+v", ErrKeysMismatch, k, p.meta.keys)
+		}
+	}
+	b := t.h.blockTokens
+	start := int((*parent).depth) * b
+	cursor := 0
+	bx := takeExtra(extra, &cursor, start, start+b)
+	var enc encoder
+	c, h, hashed := t.find(&enc, *parent, k, start, block, bx)
+	return c, h, hashed, bx, nil
 }
 
 // add creates the child of parent holding blk and links and indexes it.

@@ -366,3 +366,26 @@ func TestMatchAndInsertChildAllocs(t *testing.T) {
 	})
 	assert.Zero(t, allocs, "InsertChild of a cached block")
 }
+
+// TestChild: Child finds what InsertChild would return with false, and
+// nil where InsertChild would create a node, without creating it.
+func TestChild(t *testing.T) {
+	tr := mustTree(t, 2)
+	k := Keys{Namespace: "n"}
+	nodes, _, err := tr.Insert(nil, k, []uint32{1, 2, 3, 4}, nil)
+	require.NoError(t, err)
+	got, err := tr.Child(nil, k, []uint32{1, 2}, nil)
+	require.NoError(t, err)
+	require.Same(t, nodes[0], got)
+	got, err = tr.Child(nodes[0], k, []uint32{3, 4}, nil)
+	require.NoError(t, err)
+	require.Same(t, nodes[1], got)
+	got, err = tr.Child(nodes[0], k, []uint32{3, 5}, nil)
+	require.NoError(t, err)
+	require.Nil(t, got)
+	require.Equal(t, 2, tr.Len(), "Child creates nothing")
+	_, err = tr.Child(nodes[0], Keys{}, []uint32{3, 4}, nil)
+	require.ErrorIs(t, err, ErrKeysMismatch)
+	_, err = tr.Child(nodes[0], k, []uint32{3}, nil)
+	require.ErrorIs(t, err, ErrInvalidBlock)
+}

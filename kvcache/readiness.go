@@ -1,0 +1,138 @@
+package kvcache
+
+import (
+	"context"
+	"fmt"
+	"slices"
+)
+
+// Readiness is what the kernels of a sequence may read now, with a
+// TransferEngine: the layers whose units are all in place, and the tokens
+// to recompute because a load failed.
+type Readiness struct {
+	// Layers reports, for each model layer, whether every unit of the
+	// sequence that the layer reads is readable: no load, copy or move
+	// that brings it is still in flight. A server runs layer l's
+	// attention once Layers[l] is true, so it can overlap it with the
+	// loads of the layers after it (the cache starts an operation's
+	// transfers layer by layer).
+	Layers []bool
+	// Pending counts the unfinished transfers the sequence waits on.
+	Pending int
+	// Recompute lists, once, the token ranges of the sequence's blocks
+	// whose loads failed: the server computes them into the slots its
+	// block tables give (every layer), then declares them written (the
+	// sequence's next Append, or Commit). Until then no other request
+	// reuses those blocks.
+	Recompute []TokenRange
+}
+
+// Readiness fills r with what sequence id's kernels may read now, after
+// applying the transfers finished so far (see Poll). Without a
+// TransferEngine every layer is always ready. Reuse r across calls: its
+// slices keep their capacity.
+//
+// It returns an error wrapping ErrUnknownSequence for an id that is not
+// live, and ErrInvalidRequest for a nil r.
+func (c *Cache) Readiness(id SeqID, r *Readiness) (err error) {
+	if r == nil {
+		return fmt.Errorf("%w: nil Readiness", ErrInvalidRequest)
+	}
+	if err := c.lock("Readiness"); err != nil {
+		return err
+	}
+	defer c.unlock(&err)
+	c.poll()
+	s, err := c.lookup(id)
+	if err != nil {
+		return err
+	}
+	c.readiness(s, r)
+	return nil
+}
+
+// readiness computes r for s (Cache.mu held): the layers its unfinished
+// waits block, and the blocks of its units whose transfers failed, which
+// it then owes (s.rewrite). Finished waits are forgotten.
+func (c *Cache) readiness(s *sequence, r *Readiness) {
+	g := c.geom
+	r.Layers = r.Layers[:0]
+	for range g.layers {
+		r.Layers = append(r.Layers, true)
+	}
+	r.Pending = 0
+	r.Recompute = r.Recompute[:0]
+	failed := c.scratch.fresh[:0]
+	keep := s.waits[:0]
+	for _, id := range s.waits {
+		tr, ok := c.xfer.byID[id]
+		if !ok {
+			continue
+		}
+		if !tr.done {
+			keep = append(keep, id)
+			r.Pending++
+			for l := range g.layers {
+				if tr.kvLayer < 0 || g.layerKV[l] == tr.kvLayer {
+					r.Layers[l] = false
+				}
+			}
+			continue
+		}
+		for _, u := range tr.failed {
+			if i, ok := c.indexIn(s, u); ok && c.units.of(u).flags&unitUnwritten != 0 {
+				failed = append(failed, i)
+				if !slices.Contains(s.rewrite, u) {
+					s.rewrite = append(s.rewrite, u)
+				}
+			}
+		}
+		c.release(id)
+	}
+	s.waits = keep
+	slices.Sort(failed)
+	B, n := g.blockTokens, len(s.tokens)
+	for _, i := range slices.Compact(failed) {
+		r.Recompute = addRange(r.Recompute, i*B, min((i+1)*B, n))
+	}
+	c.scratch.fresh = failed[:0]
+}
+
+// indexIn returns the index of u's block in s, if u is a unit of one of
+// s's blocks.
+func (c *Cache) indexIn(s *sequence, u UnitID) (int, bool) {
+	if !c.units.current(u, c.geom.slices) {
+		return 0, false
+	}
+	i := int(c.units.rec(u).index)
+	return i, i < len(s.blocks) && s.blocks[i] == c.units.block(u)
+}
+
+// WaitReady blocks until layer (every layer when layer is negative) of
+// sequence id is ready (see Readiness), or ctx is done, and returns the
+// ranges to recompute that the wait found. It polls as transfers finish.
+func (c *Cache) WaitReady(ctx context.Context, id SeqID, layer int) ([]TokenRange, error) {
+	if layer >= c.geom.layers {
+		return nil, fmt.Errorf("%w: layer %d not in [0, %d)", ErrOutOfRange, layer, c.geom.layers)
+	}
+	var r Readiness
+	var recompute []TokenRange
+	for {
+		if err := c.Readiness(id, &r); err != nil {
+			return recompute, err
+		}
+		recompute = append(recompute, r.Recompute...)
+		ready := r.Pending == 0
+		if layer >= 0 {
+			ready = r.Layers[layer]
+		}
+		if ready {
+			return recompute, nil
+		}
+		select {
+		case <-ctx.Done():
+			return recompute, ctx.Err()
+		case <-c.Completed():
+		}
+	}
+}

@@ -1,0 +1,603 @@
+package kvcache
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+)
+
+// With a TransferEngine (Config.Engine) an operation's copies leave the
+// cache's lock. The transaction plans them exactly as with a synchronous
+// Mover (the same victims, slots and batch, counted in Stats and reported
+// by events as planned), commits at once, and hands the batch to the
+// engine as transfers that complete later (Poll applies them). Meanwhile
+// the units in flight are held (unitState.busy) and marked:
+//
+//   - a unit arriving on the GPU (onboarded, copied on write, or fresh in a
+//     slot whose old content is still moving down) has its slot but is not
+//     readable (unitLoading); the hold keeps it pinned in its policy, so it
+//     is not evicted, and a sequence that hits it waits for the same
+//     transfer;
+//   - a victim moving down (unitStoring) is in its new slot, pinned in that
+//     tier's policy until its bytes are there; a request that needs it
+//     meanwhile loads it back by a transfer that starts when the move is
+//     done (a data dependency);
+//   - a load's source stays in its slot below, pinned, until the load is
+//     done, and a copy's source stays pinned.
+//
+// So no slot a transfer reads or writes is handed out before it finishes:
+// a victim's slot goes to the unit that replaces it only within the same
+// transfer, whose copies run in order (the victim's move first), and that
+// unit is not readable before the transfer ends. Transfers are otherwise
+// independent, and an engine may run them in any order, in parallel.
+//
+// A transfer is one KV layer's share of an operation: for each unit the
+// operation needs, the chain of copies that makes its slot ready (the
+// victims that leave it, deepest first, then the copy into it), grouped by
+// KV layer and started in layer order, so that layer l's attention can run
+// while layer l+1 loads (Readiness). Request.MaxLoadTokens cuts a layer's
+// share further and starts the pieces one after the other.
+//
+// A transfer that fails is compensated, never served: a unit whose load or
+// copy failed keeps its GPU slot but has no bytes (unitUnwritten; its
+// block no longer counts it, so no request reuses the block) and becomes a
+// recompute range for every sequence that waits on it (Readiness); its
+// source below is freed. A victim whose move down failed is dropped. A
+// transfer that reads what a failed one was to write fails without
+// starting. Each failure is reported as a move to Dropped (an event) and
+// counted in TierStats.Failed; nothing else is undone, since the moves
+// were counted as planned.
+
+// transferID names a transfer of a cache; 0 is none.
+type transferID uint64
+
+// moveKind is what a move of a transfer does.
+type moveKind uint8
+
+const (
+	moveLoad   moveKind = iota // u arrives on the GPU from (from, slot) below
+	moveCopy                   // u is filled on the GPU from src (copy-on-write)
+	moveDown                   // victim u arrives in slot of tier from+1
+	moveVacate                 // no copy: u's GPU slot is its own once the moves before it are done
+)
+
+// move is what one step of a transfer does to a unit.
+type move struct {
+	kind moveKind
+	from Tier
+	u    UnitID
+	src  UnitID // moveCopy: the unit copied
+	slot int32  // moveLoad: the slot left below; moveDown: the slot arrived in
+}
+
+// transfer is one unit of work handed to the engine.
+type transfer struct {
+	id      transferID
+	kvLayer int32 // the KV layer of its units, -1 when they span every layer
+	copies  []Copy
+	moves   []move
+	// deps counts the unfinished transfers it starts after; depErr is the
+	// error of one it reads from that failed: it then fails unstarted.
+	deps    int32
+	depErr  error
+	started bool
+	done    bool
+	// failed lists the units whose bytes did not arrive.
+	failed []UnitID
+	// waiters counts the sequences that wait on the transfer (listed in
+	// their waits); a finished transfer is forgotten when none is left.
+	waiters int32
+}
+
+// dependent is a transfer that starts after another: data says that it
+// reads what the other writes (so it fails when the other fails), as
+// opposed to being merely ordered after it (MaxLoadTokens).
+type dependent struct {
+	id   transferID
+	data bool
+}
+
+// transfers is the cache's table of transfers: those in flight and those
+// finished but not yet seen by every sequence that waits on them.
+type transfers struct {
+	next transferID
+	byID map[transferID]*transfer
+	// loadingBy and storingBy name the transfer that brings each unit in
+	// flight (loading, or moving down).
+	loadingBy map[UnitID]transferID
+	storingBy map[UnitID]transferID
+	// dependents lists the transfers that start after each one.
+	dependents map[transferID][]dependent
+	// declared holds the sequences whose declared writes wait for a
+	// transfer (see commitThrough).
+	declared map[*sequence]struct{}
+	inbox    inbox
+	scratch  []finished
+	inFlight int
+	// drops lists units without bytes to drop once the running operation
+	// is over (dropLater).
+	drops []UnitID
+}
+
+func (x *transfers) init() {
+	x.byID = make(map[transferID]*transfer)
+	x.loadingBy = make(map[UnitID]transferID)
+	x.storingBy = make(map[UnitID]transferID)
+	x.dependents = make(map[transferID][]dependent)
+	x.declared = make(map[*sequence]struct{})
+	x.inbox.init()
+}
+
+// chain is the copies and moves that make one need's slot ready, in the
+// running transaction's batch and moves.
+type chain struct {
+	copyStart, copyEnd int32
+	moveStart, moveEnd int32
+	kvLayer            int32
+	// block is the need's block record; load says whether the chain
+	// brings bytes to it (a load or a copy, not a fresh unit).
+	block int32
+	load  bool
+	// after is the transfer that writes what the chain reads (0: none).
+	after transferID
+}
+
+// recordMove notes a move of the running transaction (with an engine).
+func (c *Cache) recordMove(m move) {
+	if c.engine != nil {
+		c.tx.moves = append(c.tx.moves, m)
+	}
+}
+
+// addChain records the chain that makes need n's slot ready: the copies
+// and moves from copyStart and moveStart on, in n's KV layer, after the
+// transfer that writes its source when that is still in flight.
+func (c *Cache) addChain(n *need, copyStart, moveStart int) {
+	t := &c.tx
+	ch := chain{copyStart: int32(copyStart), copyEnd: int32(len(t.batch)), moveStart: int32(moveStart), moveEnd: int32(len(t.moves)),
+		kvLayer: c.geom.sliceLayer[c.units.slice(n.u)], block: c.units.block(n.u)}
+	switch n.act {
+	case actOnboard:
+		ch.load = true
+		if c.units.of(n.u).flags&unitStoring != 0 {
+			ch.after = c.xfer.storingBy[n.u]
+		}
+	case actCopy:
+		ch.load = true
+		switch st := c.units.of(n.src); {
+		case st.flags&unitStoring != 0:
+			ch.after = c.xfer.storingBy[n.src]
+		case st.flags&unitLoading != 0:
+			ch.after = c.xfer.loadingBy[n.src]
+		}
+	}
+	t.chains = append(t.chains, ch)
+}
+
+// submit turns the committed transaction's chains into transfers, one per
+// KV layer (and dependency; cut into pieces of at most maxLoadTokens
+// tokens of loads, one after the other, when it is positive), starts them
+// in layer order, and registers s (nil: none) as waiting on them and on
+// the transfers that bring the units it hit. It returns how many of the
+// operation's needs are still in flight.
+func (c *Cache) submit(s *sequence, maxLoadTokens int) int {
+	t := &c.tx
+	x := &c.xfer
+	loading := 0
+	slices.SortStableFunc(t.chains, func(a, b chain) int {
+		if a.kvLayer != b.kvLayer {
+			return cmp.Compare(a.kvLayer, b.kvLayer)
+		}
+		return cmp.Compare(a.after, b.after)
+	})
+	capBlocks := 0
+	if maxLoadTokens > 0 {
+		capBlocks = max(1, maxLoadTokens/c.geom.blockTokens)
+	}
+	var cur, prev *transfer
+	var curAfter transferID
+	loads, lastBlock := 0, int32(-1)
+	for _, ch := range t.chains {
+		fresh := ch.load && ch.block != lastBlock
+		if cur == nil || cur.kvLayer != ch.kvLayer || curAfter != ch.after || (capBlocks > 0 && fresh && loads == capBlocks) {
+			cur, curAfter = c.newTransfer(ch.kvLayer), ch.after
+			if ch.after != 0 {
+				c.addDep(cur, ch.after, true)
+			}
+			if capBlocks > 0 && prev != nil {
+				c.addDep(cur, prev.id, false)
+			}
+			prev, loads, lastBlock = cur, 0, -1
+			if s != nil {
+				c.wait(s, cur.id)
+			}
+		}
+		if ch.load && ch.block != lastBlock {
+			loads++
+			lastBlock = ch.block
+		}
+		cur.copies = append(cur.copies, t.batch[ch.copyStart:ch.copyEnd]...)
+		for _, m := range t.moves[ch.moveStart:ch.moveEnd] {
+			cur.moves = append(cur.moves, m)
+			switch m.kind {
+			case moveDown:
+				x.storingBy[m.u] = cur.id
+			default:
+				x.loadingBy[m.u] = cur.id
+				loading++
+			}
+		}
+	}
+	// Hits on units that other transfers bring: s waits for those too.
+	if s != nil {
+		for i := range t.needs {
+			n := &t.needs[i]
+			if !n.act.pinsInPlace() || c.units.of(n.u).flags&unitLoading == 0 {
+				continue
+			}
+			if id := x.loadingBy[n.u]; id != 0 {
+				c.wait(s, id)
+				loading++
+			}
+		}
+	}
+	for _, id := range t.submitted {
+		if tr := x.byID[id]; tr.deps == 0 {
+			c.start(tr)
+		}
+	}
+	return loading
+}
+
+// newTransfer adds a transfer of the running operation.
+func (c *Cache) newTransfer(kvLayer int32) *transfer {
+	x := &c.xfer
+	x.next++
+	tr := &transfer{id: x.next, kvLayer: kvLayer}
+	x.byID[tr.id] = tr
+	x.inFlight++
+	c.tx.submitted = append(c.tx.submitted, tr.id)
+	return tr
+}
+
+// addDep makes tr start after transfer on, if that is unfinished.
+func (c *Cache) addDep(tr *transfer, on transferID, data bool) {
+	x := &c.xfer
+	if d, ok := x.byID[on]; !ok || d.done {
+		return
+	}
+	tr.deps++
+	x.dependents[on] = append(x.dependents[on], dependent{id: tr.id, data: data})
+}
+
+// start hands tr to the engine.
+func (c *Cache) start(tr *transfer) {
+	tr.started = true
+	id, in := tr.id, &c.xfer.inbox
+	c.startTransfer(tr.copies, func(err error) { in.push(id, err) })
+}
+
+// startTransfer calls the engine, recovering a panic: the transfer has
+// then failed (the engine may still call done; the cache applies the
+// first report).
+func (c *Cache) startTransfer(copies []Copy, done func(error)) {
+	returned := false
+	defer func() {
+		if r := recover(); r != nil {
+			done(fmt.Errorf("%w: %w", ErrCopyFailed, newPanicError("TransferEngine.Start", r)))
+		} else if !returned {
+			done(fmt.Errorf("%w: TransferEngine.Start: %s", ErrCopyFailed, goexitValue))
+		}
+	}()
+	c.engine.Start(copies, done)
+	returned = true
+}
+
+// wait registers s as waiting on transfer id, once.
+func (c *Cache) wait(s *sequence, id transferID) {
+	tr, ok := c.xfer.byID[id]
+	if !ok || slices.Contains(s.waits, id) {
+		return
+	}
+	s.waits = append(s.waits, id)
+	tr.waiters++
+}
+
+// unwait drops s's waits (the sequence ends).
+func (c *Cache) unwait(s *sequence) {
+	for _, id := range s.waits {
+		c.release(id)
+	}
+	s.waits = s.waits[:0]
+}
+
+// release drops one waiter of transfer id and forgets a finished transfer
+// nobody waits on.
+func (c *Cache) release(id transferID) {
+	tr, ok := c.xfer.byID[id]
+	if !ok {
+		return
+	}
+	tr.waiters--
+	if tr.done && tr.waiters <= 0 {
+		delete(c.xfer.byID, id)
+	}
+}
+
+// poll applies the transfers the engine has finished (Cache.mu held, no
+// transaction open) and returns how many.
+func (c *Cache) poll() int {
+	x := &c.xfer
+	if x.byID == nil || !x.inbox.ready() {
+		return 0
+	}
+	n := 0
+	for {
+		x.scratch = x.inbox.take(x.scratch[:0])
+		if len(x.scratch) == 0 {
+			break
+		}
+		for _, f := range x.scratch {
+			if tr, ok := x.byID[f.id]; ok && tr.started && !tr.done {
+				c.finish(tr, f.err)
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// finish applies finished transfer tr: its success, or the compensation
+// of its failure (see the top of this file), then starts or fails the
+// transfers that waited for it.
+func (c *Cache) finish(tr *transfer, err error) {
+	x := &c.xfer
+	tr.done = true
+	x.inFlight--
+	for _, m := range tr.moves {
+		switch m.kind {
+		case moveDown:
+			delete(x.storingBy, m.u)
+			c.finishDown(m, err)
+		case moveLoad:
+			delete(x.loadingBy, m.u)
+			c.finishLoad(tr, m, err)
+		case moveCopy:
+			delete(x.loadingBy, m.u)
+			c.finishCopy(tr, m, err)
+		case moveVacate:
+			// The slot is the unit's whether or not the victim that
+			// left it arrived below.
+			delete(x.loadingBy, m.u)
+			c.units.of(m.u).flags &^= unitLoading
+			c.unhold(m.u)
+		}
+	}
+	deps := x.dependents[tr.id]
+	delete(x.dependents, tr.id)
+	for _, dep := range deps {
+		d, ok := x.byID[dep.id]
+		if !ok || d.done {
+			continue
+		}
+		if dep.data && err != nil && d.depErr == nil {
+			d.depErr = fmt.Errorf("%w: it reads what transfer %d was to write, which failed: %w", ErrCopyFailed, tr.id, err)
+		}
+		if d.deps--; d.deps > 0 {
+			continue
+		}
+		if d.depErr != nil {
+			d.started = true
+			c.finish(d, d.depErr)
+		} else {
+			c.start(d)
+		}
+	}
+	if tr.waiters <= 0 {
+		delete(x.byID, tr.id)
+	}
+}
+
+// finishDown applies the end of victim m.u's move down from tier m.from.
+func (c *Cache) finishDown(m move, err error) {
+	to := m.from + 1
+	st := c.units.of(m.u)
+	st.flags &^= unitStoring
+	if err != nil {
+		da := c.tiers.arena(to, c.poolOf(m.u))
+		da.failed++
+		if st.tier == to && st.slot == m.slot {
+			// Its bytes did not arrive, and its old slot went to
+			// another unit: it is dropped.
+			da.remove(m.u, true)
+			da.push(m.slot)
+			c.units.rec(m.u).held--
+			c.emitMove(m.u, to, Dropped)
+			c.dropUnit(m.u)
+		}
+		// Otherwise it was loaded back since, by a transfer that reads
+		// the slot this one was to fill: that transfer fails too.
+	}
+	c.unhold(m.u)
+}
+
+// finishLoad applies the end of unit m.u's load from (m.from, m.slot).
+func (c *Cache) finishLoad(tr *transfer, m move, err error) {
+	below := c.tiers.arena(m.from, c.poolOf(m.u))
+	below.remove(m.u, true)
+	below.push(m.slot)
+	c.units.of(m.u).flags &^= unitLoading
+	if err != nil {
+		c.loadFailed(tr, m.u)
+	}
+	c.unhold(m.u)
+}
+
+// finishCopy applies the end of unit m.u's copy-on-write from m.src.
+func (c *Cache) finishCopy(tr *transfer, m move, err error) {
+	c.units.of(m.u).flags &^= unitLoading
+	if err != nil {
+		c.loadFailed(tr, m.u)
+	}
+	c.unhold(m.u)
+	c.unhold(m.src)
+}
+
+// loadFailed marks GPU unit u, whose bytes did not arrive, unwritten: its
+// block no longer counts it (no other request reuses the block) and the
+// sequences that wait on tr recompute it (Readiness).
+func (c *Cache) loadFailed(tr *transfer, u UnitID) {
+	tr.failed = append(tr.failed, u)
+	c.tiers.arena(GPU, c.poolOf(u)).failed++
+	if c.units.of(u).flags&unitUnwritten == 0 {
+		c.setUnwritten(u)
+		c.units.rec(u).held--
+		c.emitMove(u, GPU, Dropped)
+	}
+}
+
+// hold counts a transfer's hold on u (markInFlight).
+func (c *Cache) hold(u UnitID) {
+	c.units.of(u).busy++
+	c.units.rec(u).pending++
+}
+
+// unhold ends a transfer's hold on u. The last hold gone, u's policy
+// unpins it unless a sequence pins it (or it has no bytes: it is then
+// dropped), and its block is forgotten if it was to be meanwhile.
+func (c *Cache) unhold(u UnitID) {
+	st := c.units.of(u)
+	st.busy--
+	if st.busy == 0 {
+		switch {
+		case st.tier == GPU && st.pins == 0 && st.flags&unitUnwritten != 0:
+			c.dropUnwritten(u)
+		case st.tier == GPU && st.pins == 0:
+			c.tiers.arena(GPU, c.poolOf(u)).unpin(u)
+		case st.tier != GPU && st.tier != Dropped:
+			c.tiers.arena(st.tier, c.poolOf(u)).unpin(u)
+		}
+	}
+	c.unpend(c.units.block(u))
+}
+
+// setUnwritten marks GPU unit u as without bytes (see unitUnwritten); its
+// caller counts it out of its block's held units.
+func (c *Cache) setUnwritten(u UnitID) {
+	c.units.of(u).flags |= unitUnwritten
+	c.units.rec(u).pending++
+}
+
+// clearUnwritten ends u's unwritten state: rewritten, or dropped.
+func (c *Cache) clearUnwritten(u UnitID) {
+	c.units.of(u).flags &^= unitUnwritten
+	c.unpend(c.units.block(u))
+}
+
+// unpend counts one pending unit of block b out, and forgets b when it
+// was to be forgotten and that was the last.
+func (c *Cache) unpend(b int32) {
+	r := &c.units.blocks[b]
+	r.pending--
+	if r.pending > 0 {
+		return
+	}
+	switch {
+	case r.orphan:
+		r.orphan = false
+		c.discardPrivate(b, r.orphanSparse)
+	case r.live && r.refs == 0 && r.held == 0:
+		c.gcQueue = append(c.gcQueue, b)
+	}
+}
+
+// dropLater queues u, a GPU unit without bytes that no pin holds, to drop
+// when the running operation is over (a rollback may pin it again).
+func (c *Cache) dropLater(u UnitID) { c.xfer.drops = append(c.xfer.drops, u) }
+
+// dropQueued drops the queued units that are still without bytes, pins
+// and holds.
+func (c *Cache) dropQueued() {
+	x := &c.xfer
+	for len(x.drops) > 0 {
+		u := x.drops[len(x.drops)-1]
+		x.drops = x.drops[:len(x.drops)-1]
+		if !c.units.current(u, c.geom.slices) {
+			continue
+		}
+		if st := c.units.of(u); st.tier == GPU && st.flags&unitUnwritten != 0 && st.pins == 0 && st.busy == 0 {
+			c.dropUnwritten(u)
+		}
+	}
+}
+
+// dropUnwritten frees the GPU slot of u, an unwritten unit that nothing
+// holds. Its block counted it out, and its drop was reported, when it
+// became unwritten.
+func (c *Cache) dropUnwritten(u UnitID) {
+	a := c.tiers.arena(GPU, c.poolOf(u))
+	a.remove(u, true)
+	a.push(c.units.slotOf(u))
+	c.units.place(u, Dropped, -1)
+	b := c.units.block(u)
+	if c.units.blocks[b].held == 0 {
+		c.gcQueue = append(c.gcQueue, b)
+	}
+	c.clearUnwritten(u)
+}
+
+// settleTransfers is the part of unlock that belongs to transfers: it
+// applies finished ones, retries the commits that waited for them, and
+// drops the units without bytes that nothing holds.
+func (c *Cache) settleTransfers() {
+	x := &c.xfer
+	if x.byID == nil {
+		return
+	}
+	if c.poll() > 0 {
+		c.statsUnchanged = false
+	}
+	if len(x.declared) > 0 {
+		// A commit that still waits adds its sequence back.
+		retry := c.scratch.declared[:0]
+		for s := range x.declared {
+			retry = append(retry, s)
+		}
+		clear(x.declared)
+		for _, s := range retry {
+			if c.seqs[s.id] == s {
+				c.commitThrough(s, s.declaredUpTo)
+			}
+		}
+		clear(retry)
+		c.scratch.declared = retry[:0]
+	}
+	c.dropQueued()
+}
+
+// Poll applies the transfers the TransferEngine has finished since the
+// last call: loaded units become readable, victims that moved down become
+// evictable there, the slots the transfers held are freed, and the
+// sequences that waited on a failed transfer learn which tokens to
+// recompute (Readiness). Every call that changes the cache, and
+// Readiness, polls too; a server calls Poll when Completed signals and it
+// has nothing else to call. It returns how many transfers it applied;
+// without an engine it does nothing.
+func (c *Cache) Poll() (n int, err error) {
+	if err := c.lock("Poll"); err != nil {
+		return 0, err
+	}
+	defer c.unlock(&err)
+	return c.poll(), nil
+}
+
+// Completed returns a channel that receives a value whenever a transfer
+// finishes (one value stands for any number since the last receive), for
+// a server that waits for readiness: receive, then Poll or Readiness. It
+// returns nil without a TransferEngine.
+func (c *Cache) Completed() <-chan struct{} {
+	if c.engine == nil {
+		return nil
+	}
+	return c.xfer.inbox.signal
+}
