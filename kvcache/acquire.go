@@ -30,13 +30,20 @@ import (
 // the prompt (Plan.Pending tokens) is the server's to Append, block by block,
 // so the GPU need not hold the whole context.
 //
-// Acquire returns an error wrapping ErrInvalidRequest for bad priorities or
-// extra keys, ErrNoSpace when the GPU cannot supply the slots (everything
+// With a TransferEngine, Acquire returns once the copies are planned and
+// started: the Plan's units are the sequence's, but the loaded ones are
+// not readable until Readiness says so (Plan.Loading counts them).
+//
+// Acquire returns an error wrapping ErrInvalidRequest for bad priorities,
+// extra keys or MaxLoadTokens, ErrNoSpace when the GPU cannot supply the slots (everything
 // else pinned) and ErrCopyFailed when the Mover failed; the cache is then
 // unchanged. A policy that broke its contract makes it fail with ErrPolicy.
 func (c *Cache) Acquire(req Request) (_ Plan, err error) {
 	if err := req.Priorities.validate(); err != nil {
 		return Plan{}, err
+	}
+	if req.MaxLoadTokens < 0 {
+		return Plan{}, fmt.Errorf("%w: MaxLoadTokens %d is negative", ErrInvalidRequest, req.MaxLoadTokens)
 	}
 	if err := c.lock("Acquire"); err != nil {
 		return Plan{}, err
@@ -55,6 +62,8 @@ func (c *Cache) Acquire(req Request) (_ Plan, err error) {
 		keys:   keys,
 		extra:  slices.Clone(req.Extra),
 		sparse: req.Sparse,
+
+		maxLoadTokens: req.MaxLoadTokens,
 	}
 	if req.Priorities != nil {
 		p := *req.Priorities

@@ -8,7 +8,7 @@ import (
 
 // Clear forgets every cached block (an AllCleared event), like vLLM's prefix
 // cache reset. It needs an idle cache: it returns an error wrapping ErrBusy
-// while sequences are live.
+// while sequences are live or transfers are in flight.
 func (c *Cache) Clear() (err error) {
 	if err := c.lock("Clear"); err != nil {
 		return err
@@ -19,6 +19,9 @@ func (c *Cache) Clear() (err error) {
 	}
 	if len(c.seqs) > 0 {
 		return fmt.Errorf("%w: %d sequences", ErrBusy, len(c.seqs))
+	}
+	if c.xfer.inFlight > 0 {
+		return fmt.Errorf("%w: %d transfers in flight; Poll once the engine has finished them", ErrBusy, c.xfer.inFlight)
 	}
 	for b := range c.units.blocks {
 		if !c.units.blocks[b].live {

@@ -85,3 +85,15 @@ func (b *inbox) take(dst []finished) []finished {
 	b.mu.Unlock()
 	return dst
 }
+
+// MoverEngine returns a TransferEngine that performs each transfer with m
+// inside Start, so that it completes at submission (the cache applies it
+// before the operation returns). It lets a Mover that only enqueues (a
+// single CUDA stream) run under the asynchronous protocol unchanged; a
+// Cache configured with Config.Mover instead keeps the synchronous one,
+// where a failed batch rolls the operation back.
+func MoverEngine(m Mover) TransferEngine { return moverEngine{m} }
+
+type moverEngine struct{ m Mover }
+
+func (e moverEngine) Start(copies []Copy, done func(error)) { done(e.m.Copy(copies)) }

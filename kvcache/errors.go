@@ -51,8 +51,10 @@ var (
 	// lock and may call anything.
 	ErrReentrant = errors.New("kvcache: called from a callback of the cache")
 	// ErrBusy reports an operation that needs the cache idle (Clear) while
-	// sequences are still live.
-	ErrBusy = errors.New("kvcache: sequences still live")
+	// sequences are still live or transfers in flight, or one that needs
+	// a sequence's blocks committed (Fork) while a transfer still moves
+	// one of them.
+	ErrBusy = errors.New("kvcache: busy")
 	// ErrInvalidCopy reports a Copy that a MemoryStore cannot perform: a bad
 	// tier, pool or slot.
 	ErrInvalidCopy = errors.New("kvcache: invalid copy")

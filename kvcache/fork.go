@@ -1,6 +1,9 @@
 package kvcache
 
-import "slices"
+import (
+	"fmt"
+	"slices"
+)
 
 // Fork starts a new sequence that shares every full block of sequence id
 // (parallel sampling, beam search) and gets a copy of its partial block
@@ -11,7 +14,9 @@ import "slices"
 // then fails).
 //
 // It returns an error wrapping ErrUnknownSequence, ErrNoSpace or
-// ErrCopyFailed; nothing is then created.
+// ErrCopyFailed, or ErrBusy when a full block of the parent cannot be
+// committed yet because a transfer still moves one of its units (with a
+// TransferEngine; see Readiness); nothing is then created.
 func (c *Cache) Fork(id SeqID) (_ Plan, err error) {
 	if err := c.lock("Fork"); err != nil {
 		return Plan{}, err
@@ -27,6 +32,11 @@ func (c *Cache) Fork(id SeqID) (_ Plan, err error) {
 	if c.poisoned != nil {
 		return Plan{}, c.poisoned // a merge met a policy that broke its contract
 	}
+	if full := len(s.tokens) / c.geom.blockTokens; s.firstPrivate < full {
+		// The commit waits for a transfer (commitThrough): the child
+		// could share only committed blocks.
+		return Plan{}, fmt.Errorf("%w: sequence %d has block %d in flight; fork it once Readiness reports no pending transfer", ErrBusy, id, s.firstPrivate)
+	}
 	c.begin(nil)
 	B := c.geom.blockTokens
 	child := &sequence{
@@ -38,6 +48,8 @@ func (c *Cache) Fork(id SeqID) (_ Plan, err error) {
 		prio:         s.prio,
 		writeFrom:    s.writeFrom,
 		promptBlocks: s.promptBlocks,
+
+		maxLoadTokens: s.maxLoadTokens,
 	}
 	c.tx.owner = child
 	nb := len(child.blocks)
@@ -60,6 +72,10 @@ func (c *Cache) Fork(id SeqID) (_ Plan, err error) {
 	}
 	child.firstPrivate = full
 	c.register(child)
+	for _, w := range s.waits {
+		// The child reads the blocks the parent waits for.
+		c.wait(child, w)
+	}
 	plan := Plan{Seq: child.id, Tokens: len(child.tokens)}
 	c.fillPlan(&plan, child)
 	plan.Hits = 0 // shared units are not cache hits, just more pins

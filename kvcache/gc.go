@@ -60,12 +60,15 @@ func (c *Cache) discardPrivate(b int32, sparse bool) {
 	}
 	c.unindexWriting(b)
 	r := &c.units.blocks[b]
-	if r.pending > 0 {
-		r.orphan, r.orphanSparse = true, sparse
-		return
-	}
 	twin := r.twin
-	c.units.release(b)
+	r.twin = -1
+	if r.pending > 0 {
+		// A transfer still holds some of its units: the record goes
+		// when the last is done (unpend).
+		r.orphan = true
+	} else {
+		c.units.release(b)
+	}
 	if twin >= 0 {
 		c.unref(twin, sparse)
 	}

@@ -133,18 +133,29 @@ func (c *Cache) checkAccounting(policies bool) error {
 		if sparseRefs[int32(b)] != r.sparseRefs {
 			return fmt.Errorf("block %d: sparse refs %d, sparse sequences hold it %d times", b, r.sparseRefs, sparseRefs[int32(b)])
 		}
-		if r.node == nil && r.refs != 1 {
+		if r.node == nil && r.refs != 1 && !(r.orphan && r.refs == 0) {
 			return fmt.Errorf("private block %d has %d refs", b, r.refs)
+		}
+		if r.orphan && (r.refs != 0 || r.node != nil || r.pending == 0) {
+			return fmt.Errorf("orphan block %d: refs %d, in the tree %t, pending %d", b, r.refs, r.node != nil, r.pending)
 		}
 		if r.node != nil && r.node.Value != int32(b) {
 			return fmt.Errorf("block %d: node payload %d", b, r.node.Value)
 		}
-		held := int32(0)
+		held, pending := int32(0), int32(0)
 		for sl := range c.geom.slices {
 			u := c.units.id(int32(b), sl)
 			p := c.poolOf(u)
-			if c.units.of(u).pins != want[u] {
-				return fmt.Errorf("unit %d (block %d slice %d): %d pins, want %d", u, b, sl, c.units.of(u).pins, want[u])
+			st := c.units.of(u)
+			if st.pins != want[u] {
+				return fmt.Errorf("unit %d (block %d slice %d): %d pins, want %d", u, b, sl, st.pins, want[u])
+			}
+			if err := c.checkInFlight(u); err != nil {
+				return err
+			}
+			pending += int32(st.busy)
+			if st.flags&unitUnwritten != 0 {
+				pending++
 			}
 			switch c.units.of(u).tier {
 			case Dropped:
@@ -156,7 +167,9 @@ func (c *Cache) checkAccounting(policies bool) error {
 				if t > tiers {
 					return fmt.Errorf("unit %d on tier %d of %d", u, t, tiers)
 				}
-				held++
+				if st.flags&unitUnwritten == 0 {
+					held++ // a unit without bytes is counted out
+				}
 				if t != GPU && c.units.of(u).pins != 0 {
 					return fmt.Errorf("unit %d on %s is pinned", u, t)
 				}
@@ -166,7 +179,9 @@ func (c *Cache) checkAccounting(policies bool) error {
 					return fmt.Errorf("unit %d on %s slot %d, owner there %d", u, t, s, a.owner[s])
 				}
 				counts[p][t].used++
-				if c.units.of(u).pins > 0 {
+				if st.pins > 0 || st.busy > 0 || st.flags&unitUnwritten != 0 {
+					// Pinned in its policy: by a sequence, a transfer,
+					// or for want of bytes.
 					counts[p][t].pinned++
 				}
 			}
@@ -174,7 +189,10 @@ func (c *Cache) checkAccounting(policies bool) error {
 		if held != r.held {
 			return fmt.Errorf("block %d: held %d, counted %d", b, r.held, held)
 		}
-		if r.refs == 0 && r.held == 0 && (r.node == nil || r.node.IsLeaf()) {
+		if pending != r.pending {
+			return fmt.Errorf("block %d: pending %d, counted %d", b, r.pending, pending)
+		}
+		if r.refs == 0 && r.held == 0 && r.pending == 0 && (r.node == nil || r.node.IsLeaf()) {
 			return fmt.Errorf("block %d: unreferenced and empty but not collected", b)
 		}
 		if hollow := r.node != nil && r.refs == 0 && r.held == 0; hollow != r.hollow {
@@ -195,7 +213,24 @@ func (c *Cache) checkAccounting(policies bool) error {
 	if listed != c.meta.count {
 		return fmt.Errorf("hollow list holds %d blocks, counted %d", listed, c.meta.count)
 	}
-	if c.tree.Len() > c.meta.maxBlocks && c.meta.head != noBlock {
+	// A load's source keeps its slot below, pinned, until the load is
+	// done.
+	for _, tr := range c.xfer.byID {
+		if tr.done {
+			continue
+		}
+		for _, m := range tr.moves {
+			if m.kind != moveLoad {
+				continue
+			}
+			if a := c.tiers.arena(m.from, c.poolOf(m.u)); a.owner[m.slot] != m.u {
+				return fmt.Errorf("transfer %d loads unit %d from %s slot %d, owned by %d", tr.id, m.u, m.from, m.slot, a.owner[m.slot])
+			}
+			counts[c.poolOf(m.u)][m.from].used++
+			counts[c.poolOf(m.u)][m.from].pinned++
+		}
+	}
+	if c.tree.Len() > c.meta.maxBlocks && c.meta.head != noBlock && c.subtreeSettled(c.units.blocks[c.meta.head].node) {
 		return fmt.Errorf("tree holds %d blocks, budget %d, with hollow blocks left", c.tree.Len(), c.meta.maxBlocks)
 	}
 	if live+len(c.units.free)+c.units.retired != len(c.units.blocks) {
@@ -268,6 +303,41 @@ func (c *Cache) checkTables() error {
 				return fmt.Errorf("seq %d slice %d: block table %v, pins give %v", id, sl, got, want)
 			}
 		}
+	}
+	return nil
+}
+
+// checkInFlight verifies unit u's transfer state: the flags agree with the
+// transfers that move it, and only a GPU unit may be without bytes.
+func (c *Cache) checkInFlight(u UnitID) error {
+	st := c.units.of(u)
+	x := &c.xfer
+	loading := st.flags&unitLoading != 0
+	storing := st.flags&unitStoring != 0
+	if c.engine == nil {
+		if st.flags != 0 || st.busy != 0 {
+			return fmt.Errorf("unit %d: flags %b busy %d without an engine", u, st.flags, st.busy)
+		}
+		return nil
+	}
+	if _, ok := x.loadingBy[u]; ok != loading {
+		return fmt.Errorf("unit %d: loading %t, a transfer loads it %t", u, loading, ok)
+	}
+	if _, ok := x.storingBy[u]; ok != storing {
+		return fmt.Errorf("unit %d: storing %t, a transfer stores it %t", u, storing, ok)
+	}
+	if (loading || st.flags&unitUnwritten != 0) && st.tier != GPU {
+		return fmt.Errorf("unit %d on %s: loading %t, unwritten %t", u, st.tier, loading, st.flags&unitUnwritten != 0)
+	}
+	if storing && (st.tier == GPU || st.tier == Dropped) && x.storingBy[u] != 0 {
+		// Loaded back while its move down is in flight: on the GPU,
+		// loading too.
+		if st.tier == Dropped || !loading {
+			return fmt.Errorf("unit %d on %s is storing", u, st.tier)
+		}
+	}
+	if (loading || storing) && st.busy == 0 {
+		return fmt.Errorf("unit %d in flight but not held", u)
 	}
 	return nil
 }

@@ -118,8 +118,14 @@ func (m *metadata) unmarkHollow(t *unitTable, b int32) {
 func (c *Cache) pruneMetadata() {
 	for c.tree.Len() > c.meta.maxBlocks && c.meta.head != noBlock {
 		b := c.meta.head
-		c.meta.unmarkHollow(&c.units, b)
 		n := c.units.blocks[b].node
+		if c.engine != nil && !c.subtreeSettled(n) {
+			// A transfer holds a slot of a block below (or a unit waits
+			// to be rewritten): the tree stays over budget until it is
+			// done (unlock comes back).
+			return
+		}
+		c.meta.unmarkHollow(&c.units, b)
 		parent := n.Parent()
 		removed, err := c.tree.RemoveSubtree(n, func(d *radix.Node[int32]) {
 			x := d.Value
@@ -145,6 +151,24 @@ func (c *Cache) pruneMetadata() {
 			c.collectPending()
 		}
 	}
+}
+
+// subtreeSettled reports whether no block of n's subtree has a unit in
+// flight or without bytes (blockRec.pending).
+func (c *Cache) subtreeSettled(n *radix.Node[int32]) bool {
+	stack := append(c.scratch.nodes[:0], n)
+	defer func() { c.scratch.nodes = stack[:0] }()
+	for len(stack) > 0 {
+		d := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if c.units.blocks[d.Value].pending > 0 {
+			return false
+		}
+		for ch := range d.Children() {
+			stack = append(stack, ch)
+		}
+	}
+	return true
 }
 
 // metadataBytes estimates the memory of the cache's live metadata: the

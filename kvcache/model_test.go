@@ -127,6 +127,10 @@ type modelConfig struct {
 	maxBlocks int
 	// cpuPinnedLiar sets chaosWorld.cpuPinnedLiar (with chaos > 0).
 	cpuPinnedLiar bool
+	// async runs the cache with a TransferEngine (manualEngine) instead
+	// of a Mover: transfers complete in random order, some fail, and the
+	// server waits for readiness before it reads or writes a unit.
+	async bool
 }
 
 func constFactory(f PolicyFactory) func() PolicyFactory { return func() PolicyFactory { return f } }
@@ -238,6 +242,10 @@ type harness struct {
 	// costArmed, under chaos with a cost model, lets its weight function
 	// panic (once the cache is built: New probes it).
 	costArmed bool
+	// engine is the transfer engine of an asynchronous run (nil: a
+	// Mover); failPct the percentage of its transfers that fail.
+	engine  *manualEngine
+	failPct int
 }
 
 func newHarness(t testing.TB, mc modelConfig, choose func(int) int) *harness {
@@ -276,6 +284,11 @@ func newHarness(t testing.TB, mc modelConfig, choose func(int) int) *harness {
 			return weight(i, n)
 		}
 		cfg.Recompute = &rc
+	}
+	if mc.async {
+		h.engine = &manualEngine{h: h}
+		h.failPct = 10 + choose(21)
+		cfg.Mover, cfg.Engine = nil, h.engine
 	}
 	if mc.plain {
 		for i := range cfg.Tiers {
@@ -473,7 +486,12 @@ func (h *harness) checkLedger() {
 		tiers, ok := h.routed[n.Hash()]
 		require.True(h.t, ok, "step %d: the router does not know block %x", h.steps, n.Hash())
 		for sl := range c.geom.slices {
-			require.Equal(h.t, c.units.of(c.units.id(n.Value, sl)).tier, tiers[sl], "step %d: router's tier of block %x slice %d", h.steps, n.Hash(), sl)
+			st := c.units.of(c.units.id(n.Value, sl))
+			want := st.tier
+			if st.flags&unitUnwritten != 0 {
+				want = Dropped // its load failed: reported dropped
+			}
+			require.Equal(h.t, want, tiers[sl], "step %d: router's tier of block %x slice %d", h.steps, n.Hash(), sl)
 		}
 	}
 }
@@ -502,7 +520,8 @@ func (h *harness) predictAcquire(req Request) (expectedAcquire, int) {
 	for i, n := range nodes {
 		dropped := false
 		for sl := range c.geom.slices {
-			dropped = dropped || c.units.of(c.units.id(n.Value, sl)).tier == Dropped
+			st := c.units.of(c.units.id(n.Value, sl))
+			dropped = dropped || st.tier == Dropped || st.flags&unitUnwritten != 0
 		}
 		if dropped {
 			// Recomputed whole into a private copy: every unit fresh.
@@ -794,6 +813,9 @@ func (h *harness) checkBytes() {
 			require.Equal(h.t, idx+1, len(chain))
 		} else {
 			s := owner[int32(b)]
+			if r.orphan {
+				continue // its sequence ended; a transfer still holds it
+			}
 			require.NotNil(h.t, s, "private block %d without owner", b)
 			keys = s.keys
 			tokens = s.tokens
@@ -809,7 +831,9 @@ func (h *harness) checkBytes() {
 		ph := prefixHashes(keys, tokens)
 		for sl := range c.geom.slices {
 			u := c.units.id(int32(b), sl)
-			if c.units.of(u).tier == Dropped {
+			if c.units.of(u).tier == Dropped || c.units.of(u).flags != 0 {
+				// No bytes, or not yet (in flight, or a failed load
+				// waiting for its recompute).
 				continue
 			}
 			buf := h.store.Bytes(c.units.of(u).tier, c.poolOf(u), c.units.of(u).slot)
@@ -929,6 +953,9 @@ func (h *harness) checkAll() {
 		require.Equal(h.t, ts.Capacity, ts.Free+ts.Pinned+ts.Cached)
 	}
 	for _, ts := range st.Tiers[1:] {
+		if h.inFlight() > 0 {
+			break // a transfer's source or destination is pinned below
+		}
 		require.Zero(h.t, ts.Pinned, "step %d: %s pins a unit between operations", h.steps, ts.Name)
 	}
 	require.Equal(h.t, h.sinkPanics, st.SinkPanics, "step %d: sink panics counted", h.steps)
@@ -1036,7 +1063,7 @@ func (h *harness) expectOnlyLost(before snapshot, committing SeqID, err error) {
 // as before, and committing them now changes nothing more.
 func (h *harness) expectOnlyCommitted(id SeqID, err error) {
 	h.t.Helper()
-	require.True(h.t, errors.Is(err, ErrNoSpace) || errors.Is(err, ErrCopyFailed), "step %d: %v", h.steps, err)
+	require.True(h.t, errors.Is(err, ErrNoSpace) || errors.Is(err, ErrCopyFailed) || (h.engine != nil && errors.Is(err, ErrBusy)), "step %d: %v", h.steps, err)
 	toks, err2 := h.c.SequenceTokens(nil, id)
 	require.NoError(h.t, err2)
 	require.True(h.t, slices.Equal(h.ref[id].tokens, toks), "step %d: tokens of a failed call", h.steps)
@@ -1103,10 +1130,22 @@ func (h *harness) step() {
 	h.steps++
 	h.clock.Advance(time.Duration(1+h.choose(3)) * 100 * time.Millisecond)
 	c := h.c
+	if h.engine != nil {
+		h.progress()
+	}
 	before := h.snapshot()
 	partly := h.partlyDropped()
 	pinnedBefore := h.pinnedSlots()
-	failing := h.choose(20) == 0
+	// ready plays a server that waits for the transfers sequence id
+	// waits on before its kernels touch its units (a no-op with a
+	// Mover).
+	ready := func(id SeqID) {
+		if h.engine != nil {
+			h.await(id)
+			before, partly, pinnedBefore = h.snapshot(), h.partlyDropped(), h.pinnedSlots()
+		}
+	}
+	failing := h.choose(20) == 0 && h.engine == nil
 	h.mover.armed = failing
 	h.mover.panics = failing && h.choose(3) == 0
 	failedBefore := h.mover.failed
@@ -1135,6 +1174,8 @@ func (h *harness) step() {
 				h.expectOnlyLost(before, committing, err)
 				return false
 			}
+		} else if errors.Is(err, ErrBusy) && h.engine != nil {
+			h.counts["fork of a sequence whose commit waits"]++
 		} else {
 			h.counts["no space"]++
 		}
@@ -1147,7 +1188,12 @@ func (h *harness) step() {
 	}
 	op := h.choose(100)
 	if len(h.order) == 0 && op%4 == 0 {
-		// An idle cache may be cleared.
+		// An idle cache may be cleared, once no transfer is in flight.
+		if h.engine != nil && h.inFlight() > 0 {
+			h.expectUnchanged(before, c.Clear(), ErrBusy)
+			h.counts["clear refused in flight"]++
+			return
+		}
 		blocks := c.Stats().Blocks
 		if !okErr(c.Clear()) {
 			return
@@ -1178,7 +1224,9 @@ func (h *harness) step() {
 		// Reuse: a live dense sequence with the same keys pins its full
 		// blocks on the GPU, so those it committed must be hits.
 		mustReuse := 0
-		if !sparse && h.lay.Model().Windows == nil {
+		if !sparse && h.lay.Model().Windows == nil && h.engine == nil {
+			// (With an engine, a commit may wait for a transfer, and a
+			// failed load makes its block a recompute.)
 			for _, q := range h.ref {
 				if q.sparse || q.keys != keys {
 					continue
@@ -1250,6 +1298,7 @@ func (h *harness) step() {
 		}
 		// The forward pass that produced the new tokens ran; Append
 		// commits what it wrote, unless the server did already.
+		ready(id)
 		h.forward(id, len(q.tokens))
 		if h.choose(2) == 0 {
 			if !okErr(c.Commit(id, len(q.tokens))) {
@@ -1278,6 +1327,7 @@ func (h *harness) step() {
 		// A server that writes a chunk (or a step) and maybe commits it.
 		id, q, _ := h.pickSeq()
 		upTo := h.choose(len(q.tokens) + 1)
+		ready(id)
 		h.forward(id, upTo)
 		if h.choose(3) == 0 {
 			h.counts["forward pass, no commit"]++
@@ -1306,6 +1356,14 @@ func (h *harness) step() {
 		if !okErr(err) {
 			return
 		}
+		var recompute []TokenRange
+		if h.engine != nil {
+			// The step reads the selected units once they are ready,
+			// and recomputes those whose loads failed.
+			n := len(q.unwritten)
+			ready(id)
+			recompute = q.unwritten[n:]
+		}
 		for _, u := range h.res.Units {
 			loc, err := c.Locate(id, u.Block, u.Slice)
 			require.NoError(h.t, err)
@@ -1315,7 +1373,11 @@ func (h *harness) step() {
 			table, err := c.BlockTable(nil, id, u.Slice)
 			require.NoError(h.t, err)
 			require.Equal(h.t, u.Slot, table[u.Block], "step %d: block table of a selected unit", h.steps)
-			if u.From == Dropped {
+			failed := false
+			for _, r := range recompute {
+				failed = failed || (r.Start < (u.Block+1)*c.BlockTokens() && r.End > u.Block*c.BlockTokens())
+			}
+			if u.From == Dropped || failed {
 				h.fillUnit(id, u.Block, u.Slice)
 			}
 		}
@@ -1334,6 +1396,7 @@ func (h *harness) step() {
 		switch h.choose(3) {
 		case 0:
 			// A request that finished: its last step ran and is shared.
+			ready(id)
 			h.forward(id, len(q.tokens))
 			if !okErr(c.Commit(id, len(q.tokens))) {
 				return
@@ -1352,6 +1415,7 @@ func (h *harness) step() {
 		id, q, _ := h.pickSeq()
 		n := h.choose(min(len(q.tokens), 7) + 1)
 		if h.choose(2) == 0 {
+			ready(id)
 			h.forward(id, len(q.tokens)) // the verification pass ran
 		}
 		p, err := c.Truncate(id, n)
@@ -1381,6 +1445,7 @@ func (h *harness) step() {
 		}
 		id, q, _ := h.pickSeq()
 		// Fork copies the parent's KV now: it must be written.
+		ready(id)
 		h.forward(id, len(q.tokens))
 		committing = id
 		p, err := c.Fork(id)
@@ -1479,6 +1544,10 @@ func runModel(t testing.TB, mc modelConfig, seed uint64, steps int) *harness {
 			return h
 		}
 		h.forget(id)
+		h.checkAll()
+	}
+	if h.engine != nil {
+		h.drain()
 		h.checkAll()
 	}
 	st := h.c.Stats()

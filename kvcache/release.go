@@ -36,6 +36,13 @@ func (c *Cache) Release(id SeqID) (err error) {
 // SparseAccess restored that it never declared written are dropped again
 // unless another sequence pins them.
 func (c *Cache) end(s *sequence) {
+	c.unwait(s)
+	if c.xfer.declared != nil {
+		// A commit that waited for a transfer is given up: the
+		// sequence's private blocks are discarded below.
+		delete(c.xfer.declared, s)
+	}
+	s.rewrite = s.rewrite[:0]
 	c.tx.unpins = c.tx.unpins[:0]
 	us := c.tx.unpins
 	span := s.span()

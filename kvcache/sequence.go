@@ -35,6 +35,13 @@ type Request struct {
 	// SparseAccess brings the blocks a step selects onto the GPU. Acquire of
 	// a sparse request takes only the cached prefix (see Plan.Pending).
 	Sparse bool
+	// MaxLoadTokens caps how many tokens of the sequence's loads are in
+	// flight at once, with a TransferEngine (vLLM's max_load_tokens): an
+	// operation's loads are cut into transfers of at most that many
+	// tokens (one block at least), each started when the one before it
+	// is done, so that one long prompt does not hold the engine while
+	// other requests wait. 0 means no cap; it must not be negative.
+	MaxLoadTokens int
 }
 
 // Priorities are retention priorities for a sequence's blocks, in the manner
@@ -128,6 +135,8 @@ type sequence struct {
 	waits        []transferID
 	rewrite      []UnitID
 	declaredUpTo int
+	// maxLoadTokens is Request.MaxLoadTokens.
+	maxLoadTokens int
 }
 
 // priority returns the priority and duration of block i of s.

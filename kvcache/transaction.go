@@ -141,9 +141,6 @@ type txn struct {
 	seq     *sequence
 	owner   *sequence
 	loading int
-	// maxLoadTokens is the operation's Request.MaxLoadTokens (see
-	// submit).
-	maxLoadTokens int
 	// recording says whether the policies were told Begin.
 	recording bool
 	// moves and chains describe the batch for a TransferEngine (see
@@ -170,7 +167,7 @@ func (t *txn) reset() {
 	t.moves = t.moves[:0]
 	t.chains = t.chains[:0]
 	t.submitted = t.submitted[:0]
-	t.seq, t.owner, t.loading, t.maxLoadTokens = nil, nil, 0, 0
+	t.seq, t.owner, t.loading = nil, nil, 0
 	t.open = false
 	t.recording = false
 	t.executing, t.committing, t.moverExited = false, false, false
@@ -372,7 +369,7 @@ func (c *Cache) execute() error {
 	}
 	c.commit()
 	if c.engine != nil {
-		t.loading = c.submit(t.owner, t.maxLoadTokens)
+		t.loading = c.submit(t.owner)
 	}
 	return nil
 }

@@ -175,12 +175,12 @@ func (c *Cache) addChain(n *need, copyStart, moveStart int) {
 }
 
 // submit turns the committed transaction's chains into transfers, one per
-// KV layer (and dependency; cut into pieces of at most maxLoadTokens
+// KV layer (and dependency; cut into pieces of at most s.maxLoadTokens
 // tokens of loads, one after the other, when it is positive), starts them
 // in layer order, and registers s (nil: none) as waiting on them and on
 // the transfers that bring the units it hit. It returns how many of the
 // operation's needs are still in flight.
-func (c *Cache) submit(s *sequence, maxLoadTokens int) int {
+func (c *Cache) submit(s *sequence) int {
 	t := &c.tx
 	x := &c.xfer
 	loading := 0
@@ -191,8 +191,8 @@ func (c *Cache) submit(s *sequence, maxLoadTokens int) int {
 		return cmp.Compare(a.after, b.after)
 	})
 	capBlocks := 0
-	if maxLoadTokens > 0 {
-		capBlocks = max(1, maxLoadTokens/c.geom.blockTokens)
+	if s != nil && s.maxLoadTokens > 0 {
+		capBlocks = max(1, s.maxLoadTokens/c.geom.blockTokens)
 	}
 	var cur, prev *transfer
 	var curAfter transferID
@@ -505,7 +505,7 @@ func (c *Cache) unpend(b int32) {
 	switch {
 	case r.orphan:
 		r.orphan = false
-		c.discardPrivate(b, r.orphanSparse)
+		c.discardPrivate(b, false) // its twin is released already
 	case r.live && r.refs == 0 && r.held == 0:
 		c.gcQueue = append(c.gcQueue, b)
 	}

@@ -55,6 +55,7 @@ func (c *Cache) Truncate(id SeqID, n int) (_ Plan, err error) {
 	}
 	c.st.recomputed += int64(plan.RecomputeTokens)
 	c.applyTruncate(s, &cut)
+	s.declaredUpTo = min(s.declaredUpTo, cut.length)
 	return plan, nil
 }
 

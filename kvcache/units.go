@@ -129,12 +129,10 @@ type blockRec struct {
 	// their unitState.busy) or that are unwritten: the block is not
 	// forgotten while a transfer reads or writes one of its slots or a
 	// unit without bytes keeps one. orphan says that it was to be
-	// forgotten meanwhile (a private block nobody holds any more), with
-	// orphanSparse the mode of its last holder: the last of them to go
-	// forgets it (see Cache.settle).
-	pending      int32
-	orphan       bool
-	orphanSparse bool
+	// forgotten meanwhile (a private block nobody holds any more): the
+	// last of them to go forgets it (see Cache.unpend).
+	pending int32
+	orphan  bool
 	// gen is the record's generation (see unitTable).
 	gen uint32
 }

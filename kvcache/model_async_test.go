@@ -1,0 +1,201 @@
+package kvcache
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The model-based test's asynchronous mode (modelConfig.async) runs the
+// cache with manualEngine: the harness decides when each transfer
+// completes, in random order, and fails some (a random prefix of the
+// copies done, the next destination overwritten with garbage). The server
+// it plays waits for Readiness before its kernels read or write a
+// sequence's units, and recomputes what Readiness tells it to. Every check
+// of the synchronous mode still holds: the plans, Stats and events count
+// the moves as planned, and a failure adds its drop (an event) and
+// TierStats.Failed; every unit that holds bytes by the cache's account
+// holds exactly its tokens' bytes.
+
+// errTransfer is the failure manualEngine injects.
+var errTransfer = errors.New("injected transfer failure")
+
+// manualEngine is a TransferEngine whose transfers run when the harness
+// says (progress, await, drain), or now and then at submission.
+type manualEngine struct {
+	h       *harness
+	started []startedTransfer
+}
+
+type startedTransfer struct {
+	copies []Copy
+	done   func(error)
+}
+
+func (e *manualEngine) Start(copies []Copy, done func(error)) {
+	require.NotEmpty(e.h.t, copies, "step %d: a transfer without copies", e.h.steps)
+	if e.h.choose(6) == 0 {
+		e.h.counts["transfer done at submission"]++
+		e.run(startedTransfer{copies: copies, done: done})
+		return
+	}
+	e.started = append(e.started, startedTransfer{copies: copies, done: done})
+}
+
+// run performs tr, or fails it, and reports it done.
+func (e *manualEngine) run(tr startedTransfer) {
+	h := e.h
+	if h.choose(100) < h.failPct {
+		k := h.choose(len(tr.copies) + 1)
+		require.NoError(h.t, h.store.Copy(tr.copies[:k]))
+		if k < len(tr.copies) {
+			cp := tr.copies[k]
+			for i, dst := 0, h.store.Bytes(cp.To, cp.Pool, cp.ToSlot); i < len(dst); i++ {
+				dst[i] = ^dst[i] // a copy that broke off
+			}
+		}
+		h.counts["transfer failed"]++
+		tr.done(errTransfer)
+		return
+	}
+	require.NoError(h.t, h.store.Copy(tr.copies))
+	h.counts["transfer done"]++
+	tr.done(nil)
+}
+
+// runOne completes a random started transfer.
+func (e *manualEngine) runOne() {
+	i := e.h.choose(len(e.started))
+	tr := e.started[i]
+	e.started = slices.Delete(e.started, i, i+1)
+	e.run(tr)
+}
+
+// inFlight returns how many transfers the cache has in flight.
+func (h *harness) inFlight() int {
+	h.c.mu.Lock()
+	defer h.c.mu.Unlock()
+	return h.c.xfer.inFlight
+}
+
+// progress completes a random number of started transfers, in random
+// order, and polls.
+func (h *harness) progress() {
+	e := h.engine
+	if len(e.started) == 0 {
+		return
+	}
+	for range h.choose(len(e.started) + 1) {
+		e.runOne()
+	}
+	n, err := h.c.Poll()
+	require.NoError(h.t, err)
+	if n > 0 {
+		h.counts["poll"]++
+	}
+}
+
+// await plays a server that waits until every transfer sequence id waits
+// on is done (completing started transfers one by one, any of them, as
+// an engine would), checking Readiness on the way, and records the
+// ranges Readiness tells it to recompute as unwritten.
+func (h *harness) await(id SeqID) {
+	e := h.engine
+	var r Readiness
+	for i := 0; ; i++ {
+		require.Less(h.t, i, 100000, "step %d: seq %d never ready", h.steps, id)
+		require.NoError(h.t, h.c.Readiness(id, &r))
+		h.checkReadiness(id, &r)
+		if q := h.ref[id]; q != nil && len(r.Recompute) > 0 {
+			q.unwritten = append(q.unwritten, r.Recompute...)
+			h.counts["recompute after a failed load"]++
+		}
+		if r.Pending == 0 {
+			return
+		}
+		if !slices.Contains(r.Layers, true) {
+			h.counts["wait, no layer ready"]++
+		} else if slices.Contains(r.Layers, false) {
+			h.counts["wait, some layers ready"]++
+		}
+		require.NotEmpty(h.t, e.started, "step %d: seq %d waits on %d transfers, none started", h.steps, id, r.Pending)
+		e.runOne()
+	}
+}
+
+// checkReadiness verifies r against the cache's state: a layer reported
+// ready reads no unit of the sequence that a transfer still brings.
+func (h *harness) checkReadiness(id SeqID, r *Readiness) {
+	c := h.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.seqs[id]
+	require.NotNil(h.t, s)
+	require.Len(h.t, r.Layers, c.geom.layers)
+	for l, ok := range r.Layers {
+		if !ok {
+			require.Positive(h.t, r.Pending, "step %d: layer %d not ready with nothing pending", h.steps, l)
+			continue
+		}
+		for sl := range c.geom.slices {
+			if kv := c.geom.sliceLayer[sl]; kv >= 0 && kv != c.geom.layerKV[l] {
+				continue
+			}
+			for i, slot := range s.table(sl) {
+				if slot < 0 {
+					continue
+				}
+				u := c.units.id(s.blocks[i], sl)
+				require.Zero(h.t, c.units.of(u).flags&unitLoading, "step %d: seq %d layer %d ready, but unit %d (block %d slice %d) is loading", h.steps, id, l, u, i, sl)
+			}
+		}
+	}
+}
+
+// drain completes every transfer and polls until none is in flight.
+func (h *harness) drain() {
+	for i := 0; h.inFlight() > 0; i++ {
+		require.Less(h.t, i, 100000, "transfers never drain")
+		if len(h.engine.started) > 0 {
+			h.engine.runOne()
+		}
+		_, err := h.c.Poll()
+		require.NoError(h.t, err)
+	}
+}
+
+// TestModelAsync runs the model-based test over every configuration with
+// a TransferEngine that completes transfers in random order and fails 10
+// to 30% of them.
+func TestModelAsync(t *testing.T) {
+	steps := 2000
+	if testing.Short() || raceEnabled {
+		steps = 600
+	}
+	rare := map[string]int{}
+	for _, mc := range modelConfigs() {
+		t.Run(mc.name, func(t *testing.T) {
+			mc.async = true
+			total := map[string]int{}
+			for seed := range modelSeeds(t, 3) {
+				h := runModel(t, mc, seed+1000, steps)
+				for k, v := range h.counts {
+					total[k] += v
+				}
+			}
+			t.Logf("%v", total)
+			for _, k := range []string{"acquire", "append", "sparse", "release", "truncate", "fork", "clear",
+				"transfer done", "transfer failed", "transfer done at submission", "poll"} {
+				require.Positive(t, total[k], "%q never happened", k)
+			}
+			for k, v := range total {
+				rare[k] += v
+			}
+		})
+	}
+	for _, k := range []string{"recompute after a failed load", "wait, some layers ready", "wait, no layer ready", "onboard", "truncate cow"} {
+		require.Positive(t, rare[k], "no configuration met %q", k)
+	}
+}
