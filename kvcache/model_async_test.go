@@ -84,7 +84,9 @@ func (h *harness) inFlight() int {
 // order, and polls.
 func (h *harness) progress() {
 	e := h.engine
-	if len(e.started) == 0 {
+	if len(e.started) == 0 || h.choose(3) > 0 {
+		// Transfers stay in flight over several operations: victims
+		// moving down are needed back, loads are hit by others.
 		return
 	}
 	for range h.choose(len(e.started) + 1) {
