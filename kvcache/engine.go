@@ -48,8 +48,13 @@ type inbox struct {
 	// taking mu, so that a call with nothing to apply costs an atomic load.
 	has atomic.Bool
 	// signal receives a value whenever a transfer finishes (one value
-	// stands for any number since the last receive).
-	signal chan struct{}
+	// stands for any number since the last receive): for one consumer
+	// (Cache.Completed). changed is closed, and replaced, whenever a
+	// transfer finishes: for any number of waiters (WaitReady), each of
+	// which takes it before it checks its condition, so that no finish
+	// after the check goes unseen.
+	signal  chan struct{}
+	changed chan struct{}
 }
 
 // finished is one transfer the engine reported done.
@@ -58,13 +63,25 @@ type finished struct {
 	err error
 }
 
-func (b *inbox) init() { b.signal = make(chan struct{}, 1) }
+func (b *inbox) init() {
+	b.signal = make(chan struct{}, 1)
+	b.changed = make(chan struct{})
+}
+
+// next returns a channel closed when the next transfer finishes.
+func (b *inbox) next() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.changed
+}
 
 // push records that transfer id finished with err.
 func (b *inbox) push(id transferID, err error) {
 	b.mu.Lock()
 	b.done = append(b.done, finished{id: id, err: err})
 	b.has.Store(true)
+	close(b.changed)
+	b.changed = make(chan struct{})
 	b.mu.Unlock()
 	select {
 	case b.signal <- struct{}{}:

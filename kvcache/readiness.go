@@ -118,6 +118,10 @@ func (c *Cache) WaitReady(ctx context.Context, id SeqID, layer int) ([]TokenRang
 	var r Readiness
 	var recompute []TokenRange
 	for {
+		var next <-chan struct{}
+		if c.engine != nil {
+			next = c.xfer.inbox.next()
+		}
 		if err := c.Readiness(id, &r); err != nil {
 			return recompute, err
 		}
@@ -132,7 +136,7 @@ func (c *Cache) WaitReady(ctx context.Context, id SeqID, layer int) ([]TokenRang
 		select {
 		case <-ctx.Done():
 			return recompute, ctx.Err()
-		case <-c.Completed():
+		case <-next:
 		}
 	}
 }

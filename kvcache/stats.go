@@ -90,6 +90,9 @@ type Stats struct {
 	// ended by Abort (or by a Mover's panic, see ErrCopyFailed).
 	Sequences int
 	Aborted   uint64
+	// Transfers is how many transfers are in flight, with a
+	// TransferEngine: started, or waiting for one they read from.
+	Transfers int
 	// EventsBuffered is how many events wait in the TakeEvents buffer;
 	// EventsDropped counts those the full buffer dropped; SinkPanics the
 	// panics of the event sink (recovered, see Cache.SinkPanic).
@@ -145,7 +148,7 @@ func (c *Cache) fillStats(s *Stats) {
 		Offloads: c.st.offloads, Onboards: c.st.onboards, Copies: c.st.copies,
 		BytesMoved: c.st.bytesMoved, RecomputedTokens: c.st.recomputed,
 		Stored: c.st.stored, Removed: c.st.removed, Blocks: c.tree.Len(),
-		Sequences: len(c.seqs), Aborted: c.st.aborted,
+		Sequences: len(c.seqs), Aborted: c.st.aborted, Transfers: c.xfer.inFlight,
 		HollowBlocks: c.meta.count, PrunedBlocks: c.st.pruned, BlockRecords: c.units.live(), MetadataBytes: c.metadataBytes(),
 		EventsBuffered: c.events.n, EventsDropped: c.events.dropped, SinkPanics: c.events.panics.Load(),
 	}

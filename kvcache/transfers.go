@@ -593,8 +593,9 @@ func (c *Cache) Poll() (n int, err error) {
 
 // Completed returns a channel that receives a value whenever a transfer
 // finishes (one value stands for any number since the last receive), for
-// a server that waits for readiness: receive, then Poll or Readiness. It
-// returns nil without a TransferEngine.
+// the one goroutine that drives a server's steps: receive, then Poll or
+// Readiness. Goroutines that each wait for a sequence use WaitReady,
+// which sees every finish. It returns nil without a TransferEngine.
 func (c *Cache) Completed() <-chan struct{} {
 	if c.engine == nil {
 		return nil
