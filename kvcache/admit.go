@@ -121,9 +121,10 @@ func (c *Cache) admitDense(keys radix.Keys, nodes []*radix.Node[int32], req Requ
 		for sl := range g.slices {
 			u := c.units.id(n.Value, sl)
 			p := g.slicePool[sl]
-			switch c.units.tierOf(u) {
+			switch st := c.units.of(u); st.tier {
 			case GPU:
-				if c.units.pinsOf(u) == 0 {
+				if st.pins == 0 && !gpuHeld(st) {
+					// Evictable now (not held by a transfer either).
 					pinning[p]++
 				}
 			default:

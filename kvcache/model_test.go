@@ -1460,6 +1460,30 @@ func (h *harness) step() {
 		h.fillPlan(p.Seq, p)
 		h.record(p, false)
 		h.counts["fork"]++
+	case op < 97:
+		// A queued request's prefix brought up ahead of its Acquire.
+		base := h.bases[h.choose(len(h.bases))]
+		req := Request{Tokens: base[:h.choose(len(base)+1)], Namespace: []string{"", "a", "b"}[h.choose(3)], MaxLoadTokens: h.choose(3) * 4}
+		want, _ := h.predictAcquire(req)
+		bytesBefore := c.Stats().BytesMoved
+		k, err := c.Prefetch(req)
+		if !okErr(err) {
+			return
+		}
+		require.Zero(h.t, k.Computed+k.Copied, "step %d: a prefetch only onboards", h.steps)
+		require.LessOrEqual(h.t, k.Onboarded, want.onboards, "step %d: prefetch of %+v", h.steps, req)
+		l := &h.plans
+		l.onboards += uint64(k.Onboarded)
+		l.offloads += uint64(k.Offloaded)
+		l.drops += uint64(k.Dropped)
+		moved := c.Stats().BytesMoved - bytesBefore
+		if ub := h.lay.Pools()[0].UnitBytes; h.lay.Pools()[len(h.lay.Pools())-1].UnitBytes == ub {
+			require.Equal(h.t, int64(k.Onboarded+k.Offloaded)*ub, moved, "step %d: bytes a prefetch moved", h.steps)
+		}
+		l.bytesMoved += moved
+		if k.Onboarded > 0 {
+			h.counts["prefetch"]++
+		}
 	default:
 		h.badInput(before)
 	}
@@ -1607,7 +1631,7 @@ func TestModelRandomized(t *testing.T) {
 			for _, k := range []string{"acquire", "append", "sparse", "release", "truncate", "fork", "bad input", "copy failed", "clear"} {
 				require.Positive(t, total[k], "operation %q never ran", k)
 			}
-			for _, k := range []string{"victim of a partly dropped block dropped", "pruned", "mover panicked", "abort",
+			for _, k := range []string{"victim of a partly dropped block dropped", "pruned", "mover panicked", "abort", "prefetch",
 				"move down below the CPU", "load from below the CPU",
 				"commit", "prompt being written by another", "truncate recompute", "recompute of a block with CPU copies"} {
 				rare[k] += total[k]

@@ -402,3 +402,66 @@ func TestMoverEngineCompletesAtSubmission(t *testing.T) {
 	require.Equal(t, uint64(4), c.Stats().Onboards)
 	require.NoError(t, c.checkInvariants())
 }
+
+// TestPrefetch brings a prefix cached on the CPU up ahead of its request:
+// the request then hits every unit (waiting for the loads still in
+// flight), and a prefix larger than the GPU is prefetched in part.
+func TestPrefetch(t *testing.T) {
+	c, e, _ := asyncCache(t, Capacity{Units: 4}, Capacity{Units: 8})
+	prompt, other := seqTokens(8, 100), seqTokens(8, 200)
+	cachedOnCPU(t, c, e, prompt, other)
+	k, err := c.Prefetch(Request{Tokens: prompt})
+	require.NoError(t, err)
+	require.Equal(t, Counts{Onboarded: 4, Offloaded: 4}, k)
+	require.Len(t, e.started, 2)
+	require.Zero(t, c.Stats().Tier(GPU).Hits, "a prefetch is not a lookup")
+	plan, err := c.Acquire(Request{Tokens: prompt})
+	require.NoError(t, err)
+	require.Equal(t, 4, plan.Hits)
+	require.Zero(t, plan.Onboarded)
+	var r Readiness
+	require.NoError(t, c.Readiness(plan.Seq, &r))
+	require.Equal(t, 2, r.Pending, "the request waits for the prefetch's loads")
+	e.completeAll(t, c)
+	require.NoError(t, c.Readiness(plan.Seq, &r))
+	require.Zero(t, r.Pending)
+	requireBlocks(t, c, e.store, plan.Seq, prompt)
+	require.Equal(t, uint64(4), c.Stats().Onboards)
+	require.NoError(t, c.Release(plan.Seq))
+
+	// Nothing to do for a prefix on the GPU already or an unknown one; a
+	// cap of one block takes one.
+	k, err = c.Prefetch(Request{Tokens: prompt})
+	require.NoError(t, err)
+	require.Equal(t, Counts{Hits: 4}, k)
+	k, err = c.Prefetch(Request{Tokens: seqTokens(8, 900)})
+	require.NoError(t, err)
+	require.Zero(t, k)
+	k, err = c.Prefetch(Request{Tokens: other, MaxLoadTokens: 4})
+	require.NoError(t, err)
+	require.Equal(t, 2, k.Onboarded)
+	e.completeAll(t, c)
+	_, err = c.Prefetch(Request{Tokens: other, MaxLoadTokens: -4})
+	require.ErrorIs(t, err, ErrInvalidRequest)
+
+	// A prefix whose missing units do not fit beside a running request
+	// (its first block on the GPU is not evicted for them): the longest
+	// part that fits, here the first block, and no error.
+	c2, e2, _ := asyncCache(t, Capacity{Units: 6}, Capacity{Units: 16})
+	long := seqTokens(12, 300)
+	a, err := c2.Acquire(Request{Tokens: long})
+	require.NoError(t, err)
+	writeBlocks(t, c2, e2.store, a.Seq, long, 0, 3)
+	require.NoError(t, c2.Commit(a.Seq, 12))
+	require.NoError(t, c2.Release(a.Seq))
+	x, err := c2.Acquire(Request{Tokens: seqTokens(8, 400)}) // pins 4 units, moves long's last two blocks down
+	require.NoError(t, err)
+	require.Equal(t, 4, x.Offloaded)
+	e2.completeAll(t, c2)
+	k, err = c2.Prefetch(Request{Tokens: long})
+	require.NoError(t, err)
+	require.Equal(t, Counts{Hits: 2}, k)
+	require.Empty(t, e2.started)
+	require.Equal(t, int64(4), c2.Stats().Tier(CPU).Cached)
+	require.NoError(t, c2.checkInvariants())
+}

@@ -1,0 +1,95 @@
+package kvcache
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/kvtier/kvtier/radix"
+)
+
+// Prefetch brings the cached prefix of req's prompt up to the GPU ahead of
+// the request's Acquire, as a server does for requests it has queued but
+// not scheduled yet: the longest cached prefix of whole blocks (every unit
+// holding bytes, on any tier) is matched, and its units on lower tiers are
+// onboarded into GPU slots, evicting others as an Acquire would. The units
+// are not pinned: they are cached on the GPU like any other, evictable
+// once loaded, so a prefetch never takes room a running request needs
+// (while a TransferEngine loads them they are held, as every unit in
+// flight). An Acquire that comes later hits them, or waits for their
+// loads (Readiness).
+//
+// When the GPU cannot take the whole prefix, Prefetch takes the longest
+// part of it (halving) that fits, possibly nothing. It returns what it did:
+// Onboarded, the victims Offloaded or Dropped, and as Hits the prefix's
+// units on the GPU already (which the prefetch refreshes in their
+// policies; Stats does not count them as lookups: the later Acquire's
+// are). It
+// returns an error wrapping ErrInvalidRequest for bad extra keys or
+// MaxLoadTokens, ErrCopyFailed when the Mover failed (nothing is then
+// changed) and ErrPolicy when a policy broke its contract. Fields of req
+// other than the prompt, keys and MaxLoadTokens are ignored; a positive
+// MaxLoadTokens caps the tokens prefetched.
+func (c *Cache) Prefetch(req Request) (_ Counts, err error) {
+	if req.MaxLoadTokens < 0 {
+		return Counts{}, fmt.Errorf("%w: MaxLoadTokens %d is negative", ErrInvalidRequest, req.MaxLoadTokens)
+	}
+	if err := c.lock("Prefetch"); err != nil {
+		return Counts{}, err
+	}
+	defer c.unlock(&err)
+	if c.poisoned != nil {
+		return Counts{}, c.poisoned
+	}
+	keys := radix.Keys{Namespace: req.Namespace, LoRA: req.LoRA}
+	nodes, err := c.tree.Match(c.scratch.nodes[:0], keys, req.Tokens, req.Extra)
+	c.scratch.nodes = nodes[:0]
+	if err != nil {
+		return Counts{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	k := 0
+	for k < len(nodes) && c.whole(nodes[k].Value) {
+		k++
+	}
+	if req.MaxLoadTokens > 0 {
+		k = min(k, max(1, req.MaxLoadTokens/c.geom.blockTokens))
+	}
+	blocks := make([]int32, k)
+	for i, n := range nodes[:k] {
+		blocks[i] = n.Value
+	}
+	for k > 0 {
+		counts, err := c.prefetch(blocks[:k])
+		if !errors.Is(err, ErrNoSpace) {
+			return counts, err
+		}
+		k /= 2
+	}
+	return Counts{}, nil
+}
+
+// prefetch onboards the units of blocks that are below the GPU, in one
+// transaction, and leaves every unit of blocks unpinned.
+func (c *Cache) prefetch(blocks []int32) (Counts, error) {
+	c.begin(nil)
+	onboards := false
+	for _, b := range blocks {
+		for sl := range c.geom.slices {
+			// The units on the GPU already are needs too (hits): none of
+			// them is evicted to make room for the others.
+			onboards = c.addNeed(c.units.id(b, sl)) == actOnboard || onboards
+		}
+	}
+	if !onboards {
+		return Counts{Hits: len(c.tx.needs)}, nil
+	}
+	if err := c.execute(); err != nil {
+		return Counts{}, err
+	}
+	counts := c.countUnits()
+	// Last block first, as Release unpins: a recency policy keeps the
+	// prefix's first blocks longest.
+	for i := len(c.tx.needs) - 1; i >= 0; i-- {
+		c.unpinUnit(c.tx.needs[i].u)
+	}
+	return counts, nil
+}
