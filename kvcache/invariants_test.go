@@ -320,16 +320,22 @@ func (c *Cache) checkInFlight(u UnitID) error {
 		}
 		return nil
 	}
-	if _, ok := x.loadingBy[u]; ok != loading {
-		return fmt.Errorf("unit %d: loading %t, a transfer loads it %t", u, loading, ok)
-	}
-	if _, ok := x.storingBy[u]; ok != storing {
-		return fmt.Errorf("unit %d: storing %t, a transfer stores it %t", u, storing, ok)
+	for _, by := range []struct {
+		id   transferID
+		flag bool
+		what string
+	}{{st.loadBy, loading, "loads"}, {st.storeBy, storing, "stores"}} {
+		if (by.id != 0) != by.flag {
+			return fmt.Errorf("unit %d: flags %b, transfer %d %s it", u, st.flags, by.id, by.what)
+		}
+		if tr, ok := x.byID[by.id]; by.id != 0 && (!ok || tr.done) {
+			return fmt.Errorf("unit %d: transfer %d that %s it is over", u, by.id, by.what)
+		}
 	}
 	if (loading || st.flags&unitUnwritten != 0) && st.tier != GPU {
 		return fmt.Errorf("unit %d on %s: loading %t, unwritten %t", u, st.tier, loading, st.flags&unitUnwritten != 0)
 	}
-	if storing && (st.tier == GPU || st.tier == Dropped) && x.storingBy[u] != 0 {
+	if storing && (st.tier == GPU || st.tier == Dropped) {
 		// Loaded back while its move down is in flight: on the GPU,
 		// loading too.
 		if st.tier == Dropped || !loading {

@@ -48,8 +48,9 @@ import (
 // counted in TierStats.Failed; nothing else is undone, since the moves
 // were counted as planned.
 
-// transferID names a transfer of a cache; 0 is none.
-type transferID uint64
+// transferID names a transfer of a cache among those it knows (byID); 0
+// is none. Ids wrap around, skipping those still in use.
+type transferID uint32
 
 // moveKind is what a move of a transfer does.
 type moveKind uint8
@@ -102,10 +103,6 @@ type dependent struct {
 type transfers struct {
 	next transferID
 	byID map[transferID]*transfer
-	// loadingBy and storingBy name the transfer that brings each unit in
-	// flight (loading, or moving down).
-	loadingBy map[UnitID]transferID
-	storingBy map[UnitID]transferID
 	// dependents lists the transfers that start after each one.
 	dependents map[transferID][]dependent
 	// declared holds the sequences whose declared writes wait for a
@@ -113,7 +110,10 @@ type transfers struct {
 	declared map[*sequence]struct{}
 	inbox    inbox
 	scratch  []finished
-	inFlight int
+	// sorted and layerStart are sortChains' buffers.
+	sorted     []chain
+	layerStart []int
+	inFlight   int
 	// drops lists units without bytes to drop once the running operation
 	// is over (dropLater).
 	drops []UnitID
@@ -121,8 +121,6 @@ type transfers struct {
 
 func (x *transfers) init() {
 	x.byID = make(map[transferID]*transfer)
-	x.loadingBy = make(map[UnitID]transferID)
-	x.storingBy = make(map[UnitID]transferID)
 	x.dependents = make(map[transferID][]dependent)
 	x.declared = make(map[*sequence]struct{})
 	x.inbox.init()
@@ -159,16 +157,14 @@ func (c *Cache) addChain(n *need, copyStart, moveStart int) {
 	switch n.act {
 	case actOnboard:
 		ch.load = true
-		if c.units.of(n.u).flags&unitStoring != 0 {
-			ch.after = c.xfer.storingBy[n.u]
-		}
+		ch.after = c.units.of(n.u).storeBy
 	case actCopy:
 		ch.load = true
 		switch st := c.units.of(n.src); {
-		case st.flags&unitStoring != 0:
-			ch.after = c.xfer.storingBy[n.src]
-		case st.flags&unitLoading != 0:
-			ch.after = c.xfer.loadingBy[n.src]
+		case st.storeBy != 0:
+			ch.after = st.storeBy
+		case st.loadBy != 0:
+			ch.after = st.loadBy
 		}
 	}
 	t.chains = append(t.chains, ch)
@@ -184,12 +180,7 @@ func (c *Cache) submit(s *sequence) int {
 	t := &c.tx
 	x := &c.xfer
 	loading := 0
-	slices.SortStableFunc(t.chains, func(a, b chain) int {
-		if a.kvLayer != b.kvLayer {
-			return cmp.Compare(a.kvLayer, b.kvLayer)
-		}
-		return cmp.Compare(a.after, b.after)
-	})
+	c.sortChains()
 	capBlocks := 0
 	if s != nil && s.maxLoadTokens > 0 {
 		capBlocks = max(1, s.maxLoadTokens/c.geom.blockTokens)
@@ -197,7 +188,7 @@ func (c *Cache) submit(s *sequence) int {
 	var cur, prev *transfer
 	var curAfter transferID
 	loads, lastBlock := 0, int32(-1)
-	for _, ch := range t.chains {
+	for _, ch := range x.sorted {
 		fresh := ch.load && ch.block != lastBlock
 		if cur == nil || cur.kvLayer != ch.kvLayer || curAfter != ch.after || (capBlocks > 0 && fresh && loads == capBlocks) {
 			cur, curAfter = c.newTransfer(ch.kvLayer), ch.after
@@ -221,9 +212,9 @@ func (c *Cache) submit(s *sequence) int {
 			cur.moves = append(cur.moves, m)
 			switch m.kind {
 			case moveDown:
-				x.storingBy[m.u] = cur.id
+				c.units.of(m.u).storeBy = cur.id
 			default:
-				x.loadingBy[m.u] = cur.id
+				c.units.of(m.u).loadBy = cur.id
 				loading++
 			}
 		}
@@ -232,10 +223,10 @@ func (c *Cache) submit(s *sequence) int {
 	if s != nil {
 		for i := range t.needs {
 			n := &t.needs[i]
-			if !n.act.pinsInPlace() || c.units.of(n.u).flags&unitLoading == 0 {
+			if !n.act.pinsInPlace() {
 				continue
 			}
-			if id := x.loadingBy[n.u]; id != 0 {
+			if id := c.units.of(n.u).loadBy; id != 0 {
 				c.wait(s, id)
 				loading++
 			}
@@ -249,10 +240,56 @@ func (c *Cache) submit(s *sequence) int {
 	return loading
 }
 
+// sortChains orders the transaction's chains into x.sorted by KV layer,
+// keeping their order within a layer (a stable counting sort: a request's
+// chains number its units, so a comparison sort would dominate submit),
+// and within a layer those that read another transfer's data after the
+// others, grouped by that transfer (rare: a stable sort of the few).
+func (c *Cache) sortChains() {
+	t, x := &c.tx, &c.xfer
+	n := 0
+	for i := range t.chains {
+		n = max(n, int(t.chains[i].kvLayer)+2) // -1 (every layer) first
+	}
+	start := slices.Grow(x.layerStart[:0], n+1)[:n+1]
+	clear(start)
+	after := false
+	for i := range t.chains {
+		start[t.chains[i].kvLayer+2]++
+		after = after || t.chains[i].after != 0
+	}
+	for k := 1; k <= n; k++ {
+		start[k] += start[k-1]
+	}
+	x.sorted = slices.Grow(x.sorted[:0], len(t.chains))[:len(t.chains)]
+	for _, ch := range t.chains {
+		k := ch.kvLayer + 1
+		x.sorted[start[k]] = ch
+		start[k]++
+	}
+	x.layerStart = start
+	if !after {
+		return
+	}
+	for lo := 0; lo < len(x.sorted); {
+		hi := lo
+		for hi < len(x.sorted) && x.sorted[hi].kvLayer == x.sorted[lo].kvLayer {
+			hi++
+		}
+		slices.SortStableFunc(x.sorted[lo:hi], func(a, b chain) int { return cmp.Compare(a.after, b.after) })
+		lo = hi
+	}
+}
+
 // newTransfer adds a transfer of the running operation.
 func (c *Cache) newTransfer(kvLayer int32) *transfer {
 	x := &c.xfer
-	x.next++
+	for {
+		x.next++
+		if _, used := x.byID[x.next]; x.next != 0 && !used {
+			break
+		}
+	}
 	tr := &transfer{id: x.next, kvLayer: kvLayer}
 	x.byID[tr.id] = tr
 	x.inFlight++
@@ -357,19 +394,20 @@ func (c *Cache) finish(tr *transfer, err error) {
 	for _, m := range tr.moves {
 		switch m.kind {
 		case moveDown:
-			delete(x.storingBy, m.u)
+			c.units.of(m.u).storeBy = 0
 			c.finishDown(m, err)
 		case moveLoad:
-			delete(x.loadingBy, m.u)
+			c.units.of(m.u).loadBy = 0
 			c.finishLoad(tr, m, err)
 		case moveCopy:
-			delete(x.loadingBy, m.u)
+			c.units.of(m.u).loadBy = 0
 			c.finishCopy(tr, m, err)
 		case moveVacate:
 			// The slot is the unit's whether or not the victim that
 			// left it arrived below.
-			delete(x.loadingBy, m.u)
-			c.units.of(m.u).flags &^= unitLoading
+			st := c.units.of(m.u)
+			st.loadBy = 0
+			st.flags &^= unitLoading
 			c.unhold(m.u)
 		}
 	}

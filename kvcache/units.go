@@ -67,6 +67,10 @@ type unitState struct {
 	busy  uint16
 	tier  Tier
 	flags unitFlags
+	// loadBy and storeBy name the transfers that bring the unit's bytes
+	// to the GPU (unitLoading) and move them down (unitStoring); 0 when
+	// none.
+	loadBy, storeBy transferID
 }
 
 // unitFlags mark a unit whose bytes are in flight (see transfers.go).
