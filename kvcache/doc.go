@@ -111,12 +111,28 @@
 //
 // A Cache is safe for concurrent use. One mutex serializes all calls
 // (policies and the prefix tree are not goroutine-safe) and is held across
-// policy, Mover, Decider and cost model calls, which makes rollback exact; such a
+// policy, Mover, Decider, cost model and TransferEngine.Start calls (an
+// engine's copies run after it), which makes rollback exact; such a
 // callback that calls back into the cache gets ErrReentrant (Stats answers
 // it) instead of a deadlock. Events are delivered after the lock is
 // released, by the goroutine whose operation produced them, in operation
 // order (see EventSink), or buffered for TakeEvents. Stats reads counters
 // kept up to date under the lock.
+//
+// # Asynchronous transfers
+//
+// A Mover runs an operation's copies inside the call, under the lock. A
+// TransferEngine (Config.Engine) runs them off it: the operation plans,
+// commits and returns at once (Plan.Loading counts the units still in
+// flight), and Poll applies what the engine finished. A server asks
+// Readiness (or WaitReady) which layers of a sequence it may read, so
+// layer l's attention overlaps the loads of layer l+1 (transfers are
+// started layer by layer); a load that failed comes back as a range to
+// recompute, never as wrong bytes. Prefetch brings a queued request's
+// prefix up ahead of its Acquire, and Request.MaxLoadTokens caps how much
+// of one request loads at once. MoverEngine adapts a Mover that only
+// enqueues; AsyncMemoryStore is an engine over Go memory for tests and
+// simulations.
 //
 // # Cost
 //
