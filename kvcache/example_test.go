@@ -1,6 +1,7 @@
 package kvcache_test
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/kvtier/kvtier/kvcache"
@@ -109,4 +110,38 @@ func ExampleCache_SparseAccess() {
 	// Output:
 	// layer 0: 5 units, 2 hits, 3 onboarded, 2560 bytes read
 	// layer 1: 5 units, 2 hits, 3 onboarded, 2560 bytes read
+}
+
+// A server with an asynchronous copy engine: Acquire returns before the
+// cached blocks are back from the CPU, and each layer's attention runs as
+// soon as that layer is ready.
+func ExampleCache_WaitReady() {
+	l, _ := layout.New(smallModel(), layout.PagedLayer, 16)
+	tiers := kvcache.GPUAndCPU(kvcache.Capacity{Units: 4}, kvcache.Capacity{Units: 8})
+	store, _ := kvcache.NewMemoryStore(l, tiers)
+	engine, _ := kvcache.NewAsyncMemoryStore(store, kvcache.AsyncOptions{Workers: 2})
+	defer engine.Close()
+	c, _ := kvcache.New(kvcache.Config{Layout: l, Tiers: tiers, Engine: engine})
+
+	serve := func(prompt []uint32) kvcache.Plan {
+		plan, _ := c.Acquire(kvcache.Request{Tokens: prompt})
+		for layer := range l.Model().Layers {
+			recompute, _ := c.WaitReady(context.Background(), plan.Seq, layer)
+			_ = recompute // failed loads: compute these tokens too
+			// ... layer's attention over the sequence's block tables ...
+		}
+		_ = c.Commit(plan.Seq, len(prompt))
+		_ = c.Release(plan.Seq)
+		return plan
+	}
+	a, b := make([]uint32, 32), make([]uint32, 32)
+	for i := range a {
+		a[i], b[i] = uint32(i), uint32(1000+i)
+	}
+	serve(a)
+	serve(b) // pushes a's blocks down to the CPU
+	plan := serve(a)
+	fmt.Println("onboarded", plan.Onboarded, "loading at return", plan.Loading)
+	// Output:
+	// onboarded 4 loading at return 4
 }
