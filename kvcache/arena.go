@@ -50,6 +50,10 @@ type arena struct {
 	// moved counts the units this arena received from the tier above;
 	// failed the transfers into it that failed (see transfers.go).
 	moved, failed uint64
+	// backups counts the backups the arena holds, backupsWritten those
+	// it received (see writethrough.go).
+	backups        int
+	backupsWritten uint64
 }
 
 func newArena(c *Cache, tier Tier, pool, slots int, p eviction.Policy[UnitID]) *arena {

@@ -41,6 +41,7 @@ type Cache struct {
 	mover     Mover
 	engine    TransferEngine
 	xfer      transfers // transfers in flight (transfers.go)
+	wt        writeThrough
 	decider   Decider
 	recompute *costmodel.Recompute
 
@@ -89,6 +90,11 @@ func New(cfg Config) (*Cache, error) {
 	}
 	if c.engine != nil {
 		c.xfer.init()
+	}
+	for i, tc := range cfg.Tiers {
+		if tc.WriteThrough {
+			c.wt.tier = Tier(i + 1)
+		}
 	}
 	if cfg.Recompute != nil {
 		r := *cfg.Recompute
@@ -140,6 +146,9 @@ func validateConfig(cfg *Config) error {
 		names[name] = i
 		if t.Capacity == (Capacity{}) {
 			return fmt.Errorf("%w: tier %d (%s) has no capacity", ErrInvalidConfig, i+1, name)
+		}
+		if t.WriteThrough && i != 1 {
+			return fmt.Errorf("%w: tier %d (%s) has WriteThrough: only the tier right below the GPU (tier 2) may", ErrInvalidConfig, i+1, name)
 		}
 		if i > 0 && t.Link != (costmodel.Link{}) {
 			if err := t.Link.Validate(); err != nil {

@@ -176,9 +176,11 @@ func (c *Cache) commitBlock(s *sequence, i int, parent *radix.Node[int32]) {
 		c.units.blocks[b].node = n
 		c.st.stored++
 		c.emitBlock(BlockStored, b)
+		c.queueBackups(b)
 		return
 	}
 	c.mergeBlock(s, i, n)
+	c.queueBackups(n.Value)
 }
 
 // chainState returns the hash chain's state after block i-1 of s, from

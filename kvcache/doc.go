@@ -52,11 +52,12 @@
 //
 // # Tiers and eviction
 //
-// Tiers are exclusive: a unit is on one tier or dropped. When an arena
-// needs a slot its policy picks an evictable (unpinned) victim, which the
-// Decider (DefaultDecider unless Config.Decider is set) either moves down
-// to the next tier, which makes room the same way, or drops; the last
-// tier's victims are dropped. A unit is loaded back to the GPU from
+// Tiers are exclusive: a unit is on one tier or dropped (with
+// write-through, a GPU unit may also have a backup on the tier below).
+// When an arena needs a slot its policy picks an evictable (unpinned)
+// victim, which the Decider (DefaultDecider unless Config.Decider is
+// set) either moves down to the next tier, which makes room the same way,
+// or drops; the last tier's victims are dropped. A unit is loaded back to the GPU from
 // whichever tier holds it. Config.Recompute is the one cost model: the
 // default Decider weighs it against the time to load a victim back over
 // the tiers' links (TierConfig.Link), and RetentionPolicy prices units
@@ -130,7 +131,9 @@
 // started layer by layer); a load that failed comes back as a range to
 // recompute, never as wrong bytes. Prefetch brings a queued request's
 // prefix up ahead of its Acquire, and Request.MaxLoadTokens caps how much
-// of one request loads at once. MoverEngine adapts a Mover that only
+// of one request loads at once. TierConfig.WriteThrough copies committed
+// units to the tier below the GPU early, so that evicting them later is
+// free. MoverEngine adapts a Mover that only
 // enqueues; AsyncMemoryStore is an engine over Go memory for tests and
 // simulations.
 //

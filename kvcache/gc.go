@@ -83,6 +83,7 @@ func (c *Cache) freeUnit(u UnitID) {
 	if t == Dropped {
 		return
 	}
+	c.dropBackup(u)
 	a := c.tiers.arena(t, c.poolOf(u))
 	a.remove(u, t == GPU && (st.pins > 0 || gpuHeld(st)))
 	a.push(st.slot)
@@ -105,6 +106,7 @@ func (c *Cache) dropResident(u UnitID) {
 	t := st.tier
 	c.units.rec(u).held--
 	c.emitMove(u, t, Dropped)
+	c.dropBackup(u)
 	if t == GPU && st.busy > 0 {
 		c.setUnwritten(u)
 		return

@@ -121,9 +121,15 @@ func (c *Cache) checkAccounting(policies bool) error {
 	tiers := c.tiers.last()
 	counts := make([][MaxTiers + 1]count, len(c.geom.pools)) // [pool][tier]
 	live := 0
+	backups := make([]int, len(c.geom.pools))
 	for b := range c.units.blocks {
 		r := &c.units.blocks[b]
 		if !r.live {
+			for sl := range c.geom.slices {
+				if st := c.units.state[c.units.ix(c.units.id(int32(b), sl))]; st != (unitState{tier: Dropped, slot: -1}) && st != (unitState{slot: -1}) {
+					return fmt.Errorf("free block record %d slice %d has unit state %+v", b, sl, st)
+				}
+			}
 			continue
 		}
 		live++
@@ -156,6 +162,23 @@ func (c *Cache) checkAccounting(policies bool) error {
 			pending += int32(st.busy)
 			if st.flags&unitUnwritten != 0 {
 				pending++
+			}
+			if st.backup != 0 {
+				// A backup holds a slot of the write-through tier.
+				if c.wt.tier == 0 || st.tier != GPU {
+					return fmt.Errorf("unit %d on %s has a backup, write-through tier %d", u, st.tier, c.wt.tier)
+				}
+				ba := c.tiers.arena(c.wt.tier, p)
+				if bs := st.backup - 1; ba.owner[bs] != u {
+					return fmt.Errorf("unit %d: backup in slot %d, owned by %d", u, bs, ba.owner[bs])
+				}
+				counts[p][c.wt.tier].used++
+				backups[p]++
+				if st.flags&unitBacking != 0 {
+					counts[p][c.wt.tier].pinned++
+				}
+			} else if st.flags&unitBacking != 0 {
+				return fmt.Errorf("unit %d: backing without a backup", u)
 			}
 			switch c.units.of(u).tier {
 			case Dropped:
@@ -214,12 +237,23 @@ func (c *Cache) checkAccounting(policies bool) error {
 		return fmt.Errorf("hollow list holds %d blocks, counted %d", listed, c.meta.count)
 	}
 	// A load's source keeps its slot below, pinned, until the load is
-	// done.
+	// done, and a move down its destination slot until the move is done
+	// when the unit left it meanwhile.
 	for _, tr := range c.xfer.byID {
 		if tr.done {
 			continue
 		}
 		for _, m := range tr.moves {
+			if m.kind == moveDown {
+				if st := c.units.of(m.u); (st.tier != m.from+1 || st.slot != m.slot) && !c.loadsFrom(m.u, m.from+1, m.slot) {
+					if a := c.tiers.arena(m.from+1, c.poolOf(m.u)); a.owner[m.slot] != m.u {
+						return fmt.Errorf("transfer %d moves unit %d down to %s slot %d, owned by %d", tr.id, m.u, m.from+1, m.slot, a.owner[m.slot])
+					}
+					counts[c.poolOf(m.u)][m.from+1].used++
+					counts[c.poolOf(m.u)][m.from+1].pinned++
+				}
+				continue
+			}
 			if m.kind != moveLoad {
 				continue
 			}
@@ -258,6 +292,9 @@ func (c *Cache) checkAccounting(policies bool) error {
 			if used != counts[p][t].used || a.tracked != used || (policies && a.policy.Len() != used) {
 				return fmt.Errorf("%s pool %d: %d slots used, %d units resident, %d tracked, policy has %d",
 					a.tier, p, used, counts[p][t].used, a.tracked, a.policy.Len())
+			}
+			if t == c.wt.tier && a.backups != backups[p] {
+				return fmt.Errorf("%s pool %d: %d backups counted, %d units have one", a.tier, p, a.backups, backups[p])
 			}
 			if a.pinned != counts[p][t].pinned {
 				return fmt.Errorf("%s pool %d: %d pinned counted, %d units pinned", a.tier, p, a.pinned, counts[p][t].pinned)
@@ -315,7 +352,7 @@ func (c *Cache) checkInFlight(u UnitID) error {
 	loading := st.flags&unitLoading != 0
 	storing := st.flags&unitStoring != 0
 	if c.engine == nil {
-		if st.flags != 0 || st.busy != 0 {
+		if st.flags&^unitUnwritten != 0 || st.busy != 0 {
 			return fmt.Errorf("unit %d: flags %b busy %d without an engine", u, st.flags, st.busy)
 		}
 		return nil
@@ -335,12 +372,9 @@ func (c *Cache) checkInFlight(u UnitID) error {
 	if (loading || st.flags&unitUnwritten != 0) && st.tier != GPU {
 		return fmt.Errorf("unit %d on %s: loading %t, unwritten %t", u, st.tier, loading, st.flags&unitUnwritten != 0)
 	}
-	if storing && (st.tier == GPU || st.tier == Dropped) {
-		// Loaded back while its move down is in flight: on the GPU,
-		// loading too.
-		if st.tier == Dropped || !loading {
-			return fmt.Errorf("unit %d on %s is storing", u, st.tier)
-		}
+	if storing && st.tier == Dropped {
+		// (On the GPU it was loaded back or recomputed meanwhile.)
+		return fmt.Errorf("unit %d on %s is storing", u, st.tier)
 	}
 	if (loading || storing) && st.busy == 0 {
 		return fmt.Errorf("unit %d in flight but not held", u)

@@ -22,7 +22,8 @@ var (
 	heldCallbacks = funcNames(
 		(*arena).policyInsert, (*arena).policyInsertPinned, (*arena).policyPin, (*arena).policyUnpin, (*arena).policyRemove,
 		(*arena).policyAccess, (*arena).policyEvict, (*arena).policyBegin, (*arena).policyCommit,
-		(*arena).policyRollback, (*Cache).copyBatch, (*Cache).decide)
+		(*arena).policyRollback, (*Cache).copyBatch, (*Cache).decide, (*Cache).startTransfer,
+		(*Cache).moveBackups)
 	sinkCallbacks = funcNames((*eventLog).callSink)
 )
 
@@ -104,6 +105,7 @@ func (c *Cache) unlock(err *error) {
 		}
 	}
 	c.settleTransfers()
+	c.writeQueued()
 	c.collectPending()
 	c.pruneMetadata()
 	c.reportBreach(err)

@@ -197,7 +197,7 @@ func TestModelAsync(t *testing.T) {
 			}
 		})
 	}
-	for _, k := range []string{"recompute after a failed load", "wait, some layers ready", "wait, no layer ready", "onboard", "truncate cow", "prefetch"} {
+	for _, k := range []string{"recompute after a failed load", "wait, some layers ready", "wait, no layer ready", "onboard", "truncate cow", "prefetch", "backups written"} {
 		require.Positive(t, rare[k], "no configuration met %q", k)
 	}
 }

@@ -127,6 +127,8 @@ type modelConfig struct {
 	maxBlocks int
 	// cpuPinnedLiar sets chaosWorld.cpuPinnedLiar (with chaos > 0).
 	cpuPinnedLiar bool
+	// writeThrough sets TierConfig.WriteThrough on the CPU tier.
+	writeThrough bool
 	// async runs the cache with a TransferEngine (manualEngine) instead
 	// of a Mover: transfers complete in random order, some fail, and the
 	// server waits for readiness before it reads or writes a unit.
@@ -164,6 +166,11 @@ func modelConfigs() []modelConfig {
 		// asked about (blocks lacking a unit too).
 		{name: "bsa-4tier-always", kind: layout.BSA, windows: []int{6, 0}, gpu: Capacity{Units: 60}, cpu: Capacity{Units: 6},
 			third: Capacity{Units: 8}, more: []Capacity{{Units: 10}}, decider: func(Victim) bool { return true }},
+		// Write-through to the CPU: committed GPU units get backups
+		// there, GPU evictions move to them for free.
+		{name: "paged-writethrough", kind: layout.PagedLayer, gpu: Capacity{Units: 30}, cpu: Capacity{Units: 24}, writeThrough: true},
+		{name: "bsa-3tier-writethrough", kind: layout.BSA, windows: []int{0, 8}, gpu: Capacity{Units: 60}, cpu: Capacity{Units: 20},
+			third: Capacity{Units: 30}, writeThrough: true, policy: constFactory(S3FIFOPolicy(eviction.S3FIFOConfig{}))},
 	}
 }
 
@@ -184,6 +191,9 @@ func (mc modelConfig) tiers() []TierConfig {
 		if i > 0 {
 			tiers[i].Link = mc.link
 		}
+	}
+	if mc.writeThrough {
+		tiers[1].WriteThrough = true
 	}
 	return tiers
 }
@@ -246,6 +256,7 @@ type harness struct {
 	// Mover); failPct the percentage of its transfers that fail.
 	engine  *manualEngine
 	failPct int
+	op      int
 }
 
 func newHarness(t testing.TB, mc modelConfig, choose func(int) int) *harness {
@@ -831,20 +842,31 @@ func (h *harness) checkBytes() {
 		ph := prefixHashes(keys, tokens)
 		for sl := range c.geom.slices {
 			u := c.units.id(int32(b), sl)
-			if c.units.of(u).tier == Dropped || c.units.of(u).flags != 0 {
-				// No bytes, or not yet (in flight, or a failed load
-				// waiting for its recompute).
-				continue
+			st := c.units.of(u)
+			type copyAt struct {
+				tier Tier
+				slot int32
 			}
-			buf := h.store.Bytes(c.units.of(u).tier, c.poolOf(u), c.units.of(u).slot)
-			for o := range int64(len(buf)) {
-				t := int((o / str.Token) % int64(B))
-				if t >= valid || !written(idx*B+t) {
-					continue
-				}
-				if buf[o] != expectedByte(ph[idx*B+t], sl, o) {
-					h.t.Fatalf("step %d: block %d (index %d, tree %t) slice %d on %s slot %d: byte %d corrupted",
-						h.steps, b, idx, r.node != nil, sl, c.units.of(u).tier, c.units.of(u).slot, o)
+			var copies []copyAt
+			if st.tier != Dropped && st.flags&(unitLoading|unitStoring|unitUnwritten) == 0 {
+				// (Otherwise no bytes, or not yet: in flight, or a
+				// failed load waiting for its recompute.)
+				copies = append(copies, copyAt{st.tier, st.slot})
+			}
+			if st.backup != 0 && st.flags&unitBacking == 0 {
+				copies = append(copies, copyAt{c.wt.tier, st.backup - 1}) // write-through
+			}
+			for _, at := range copies {
+				buf := h.store.Bytes(at.tier, c.poolOf(u), at.slot)
+				for o := range int64(len(buf)) {
+					t := int((o / str.Token) % int64(B))
+					if t >= valid || !written(idx*B+t) {
+						continue
+					}
+					if buf[o] != expectedByte(ph[idx*B+t], sl, o) {
+						h.t.Fatalf("step %d (op %d): block %d (index %d, tree %t) slice %d on %s slot %d (location %s): byte %d corrupted",
+							h.steps, h.op, b, idx, r.node != nil, sl, at.tier, at.slot, st.tier, o)
+					}
 				}
 			}
 		}
@@ -944,7 +966,7 @@ func (h *harness) checkAll() {
 	// A chaos policy may lose keys without the cache noticing (a swallowed
 	// Insert of a unit that is never evicted): the policies' Len is then
 	// not the cache's business, its own accounting is.
-	require.NoError(h.t, h.c.checkAccounting(h.chaos == nil), "step %d", h.steps)
+	require.NoError(h.t, h.c.checkAccounting(h.chaos == nil), "step %d (op %d)", h.steps, h.op)
 	h.checkTables()
 	h.checkBytes()
 	h.checkSharing()
@@ -959,6 +981,9 @@ func (h *harness) checkAll() {
 		require.Zero(h.t, ts.Pinned, "step %d: %s pins a unit between operations", h.steps, ts.Name)
 	}
 	require.Equal(h.t, h.sinkPanics, st.SinkPanics, "step %d: sink panics counted", h.steps)
+	if w := st.Tier(CPU).BackupsWritten; w > 0 {
+		h.counts["backups written"] = int(w)
+	}
 	if h.poisoned == nil {
 		// The operation that met a breach may be half-done: its plan was
 		// not returned, so the ledger cannot follow it.
@@ -1187,6 +1212,7 @@ func (h *harness) step() {
 		return false
 	}
 	op := h.choose(100)
+	h.op = op
 	if len(h.order) == 0 && op%4 == 0 {
 		// An idle cache may be cleared, once no transfer is in flight.
 		if h.engine != nil && h.inFlight() > 0 {
@@ -1478,7 +1504,13 @@ func (h *harness) step() {
 		l.drops += uint64(k.Dropped)
 		moved := c.Stats().BytesMoved - bytesBefore
 		if ub := h.lay.Pools()[0].UnitBytes; h.lay.Pools()[len(h.lay.Pools())-1].UnitBytes == ub {
-			require.Equal(h.t, int64(k.Onboarded+k.Offloaded)*ub, moved, "step %d: bytes a prefetch moved", h.steps)
+			if h.c.wt.tier == 0 {
+				require.Equal(h.t, int64(k.Onboarded+k.Offloaded)*ub, moved, "step %d: bytes a prefetch moved", h.steps)
+			} else {
+				// A victim with a backup moves down without a copy.
+				require.GreaterOrEqual(h.t, moved, int64(k.Onboarded)*ub, "step %d: bytes a prefetch moved", h.steps)
+				require.LessOrEqual(h.t, moved, int64(k.Onboarded+k.Offloaded)*ub, "step %d: bytes a prefetch moved", h.steps)
+			}
 		}
 		l.bytesMoved += moved
 		if k.Onboarded > 0 {
@@ -1631,7 +1663,7 @@ func TestModelRandomized(t *testing.T) {
 			for _, k := range []string{"acquire", "append", "sparse", "release", "truncate", "fork", "bad input", "copy failed", "clear"} {
 				require.Positive(t, total[k], "operation %q never ran", k)
 			}
-			for _, k := range []string{"victim of a partly dropped block dropped", "pruned", "mover panicked", "abort", "prefetch",
+			for _, k := range []string{"victim of a partly dropped block dropped", "pruned", "mover panicked", "abort", "prefetch", "backups written",
 				"move down below the CPU", "load from below the CPU",
 				"commit", "prompt being written by another", "truncate recompute", "recompute of a block with CPU copies"} {
 				rare[k] += total[k]

@@ -114,7 +114,26 @@ func (c *Cache) SparseAccess(id SeqID, sel Selection, res *SparseResult) (err er
 	c.fillSparse(s, keys, res)
 	res.Executed = append(res.Executed, c.tx.batch...)
 	c.syncTables(s)
+	if c.poisoned != nil {
+		c.voidRestores(keys)
+	}
 	return nil
+}
+
+// voidRestores marks unwritten the units of shared blocks that the
+// committed SparseAccess restored (fresh slots for dropped units), when
+// its commit met a policy's breach: the call returns ErrPolicy, so no
+// server writes them, and no request may read them as the block's bytes.
+func (c *Cache) voidRestores(keys []UnitID) {
+	for i := range keys {
+		n := &c.tx.needs[i]
+		if n.act != actFresh || c.units.rec(n.u).node == nil || c.units.of(n.u).flags&unitUnwritten != 0 {
+			continue
+		}
+		c.units.rec(n.u).held--
+		c.setUnwritten(n.u)
+		c.emitMove(n.u, GPU, Dropped)
+	}
 }
 
 // selectedUnits returns the units sel selects in s, as keys

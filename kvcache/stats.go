@@ -40,6 +40,13 @@ type TierStats struct {
 	// Lost counts units dropped because a Mover panicked during a batch
 	// that would have written their slots: their bytes are unknown.
 	Lost uint64
+	// Backups is, on the write-through tier (TierConfig.WriteThrough),
+	// how many of its slots hold the backups of GPU units (counted in
+	// Cached, or in Pinned while being written), and BackupsWritten how
+	// many backups it received; a GPU eviction that moved a unit down to
+	// its backup is counted in Evictions and MovedIn but copied nothing.
+	Backups        int64
+	BackupsWritten uint64
 }
 
 // HitRate returns Hits / (Hits + Misses), or 0 before any lookup.
@@ -182,4 +189,6 @@ func addArena(t *TierStats, a *arena, unit int64) {
 	t.MovedIn += a.moved
 	t.Failed += a.failed
 	t.Lost += a.lost
+	t.Backups += int64(a.backups)
+	t.BackupsWritten += a.backupsWritten
 }

@@ -83,6 +83,8 @@ const (
 	undoDrop                        // a victim of block b is to be dropped: b's held count went down
 	undoAlloc                       // block record b was allocated
 	undoRef                         // a reference to block b was added
+	undoBackup                      // GPU unit u's backup in slot was given up to a victim's slot
+	undoPinBackup                   // GPU unit u's backup in slot was pinned to become its location
 )
 
 type undoRec struct {
@@ -109,6 +111,8 @@ type victim struct {
 	pool int32
 	slot int32 // the slot it leaves
 	to   int32 // the slot it moves to in the next tier, -1 if dropped
+	// backup says that to is its backup's slot: the move copies nothing.
+	backup bool
 }
 
 // tempPin is a copy-on-write source pinned for the batch: on the GPU (a
@@ -510,6 +514,12 @@ func (c *Cache) copyFailed(err error) error {
 		if u == noUnit {
 			continue
 		}
+		if c.units.tierOf(u) != cp.To {
+			// A backup the rollback gave its slot back (see
+			// writethrough.go): given up, the unit keeps its bytes.
+			c.freeBackup(u, true)
+			continue
+		}
 		if cp.To == GPU && c.units.pinsOf(u) > 0 {
 			// Only the operation's sequence can pin a victim again, and
 			// it has ended; should another pin remain, no slot whose
@@ -547,6 +557,15 @@ func (c *Cache) takeSlot(t Tier, p int) (slot int32, ok bool, err error) {
 		}
 		return 0, false, nil
 	}
+	if s, ok := c.isBackupVictim(a, v); ok {
+		// A backup: the unit keeps its bytes on the GPU, the slot is
+		// free.
+		tx.log(undoRec{kind: undoSlot, tier: t, pool: int32(p), slot: s, u: v})
+		tx.log(undoRec{kind: undoBackup, u: v, slot: s})
+		c.units.of(v).backup = 0
+		a.backups--
+		return s, true, nil
+	}
 	if !c.isVictim(a, v) {
 		a.tracked++ // no unit of the arena left
 		return 0, false, c.poison(a, "Evict returned %d, not an evictable unit of the arena", v)
@@ -554,7 +573,18 @@ func (c *Cache) takeSlot(t Tier, p int) (slot int32, ok bool, err error) {
 	s := c.units.slotOf(v)
 	tx.log(undoRec{kind: undoSlot, tier: t, pool: int32(p), slot: s, u: v})
 	to := int32(-1)
-	if t < c.tiers.last() && c.shouldMove(v, t, p) {
+	moved := t < c.tiers.last() && c.shouldMove(v, t, p)
+	if st := c.units.of(v); moved && t == GPU && c.hasBackup(st) {
+		// Written through already: the backup becomes its location at
+		// commit. Pinned there meanwhile, so that the tier's policy
+		// does not evict it in the same operation.
+		bs := st.backup - 1
+		c.tiers.arena(t+1, p).pinResident(v, bs, true)
+		tx.log(undoRec{kind: undoPinBackup, tier: t + 1, pool: int32(p), slot: bs, u: v})
+		tx.victims = append(tx.victims, victim{u: v, tier: t, pool: int32(p), slot: s, to: bs, backup: true})
+		return s, true, nil
+	}
+	if moved {
 		ds, ok, err := c.takeSlot(t+1, p)
 		if err != nil {
 			return 0, false, err
@@ -601,6 +631,21 @@ func (c *Cache) isVictim(a *arena, v UnitID) bool {
 	return !a.txPinned[s] && st.busy == 0 && (a.tier != GPU || (st.pins == 0 && st.flags&unitUnwritten == 0))
 }
 
+// isBackupVictim reports whether v, returned by the Evict of a's policy,
+// is the backup of a live GPU unit in a's tier and pool (see
+// writethrough.go), and returns its slot.
+func (c *Cache) isBackupVictim(a *arena, v UnitID) (int32, bool) {
+	if a.tier != c.wt.tier || a.tier == GPU || !c.units.current(v, c.geom.slices) || c.poolOf(v) != a.pool {
+		return 0, false
+	}
+	st := c.units.of(v)
+	s := st.backup - 1
+	if st.tier != GPU || !c.hasBackup(st) || a.owner[s] != v || a.txPinned[s] {
+		return 0, false
+	}
+	return s, true
+}
+
 func (c *Cache) undoOne(r undoRec) {
 	switch r.kind {
 	case undoPin:
@@ -618,6 +663,17 @@ func (c *Cache) undoOne(r undoRec) {
 		// Give the slot back to the victim, which still has its bytes
 		// there: the Mover wrote nothing (see Mover).
 		a.owner[r.slot] = r.u
+		if st := c.units.of(r.u); st.tier != r.tier {
+			// A backup (undoBackup, undone before, gave it back its
+			// slot): tracked again, or given up if the policy refuses.
+			if err := a.insert(r.u, c.entryOf(r.u), false); err != nil {
+				c.poison(a, "Insert of unit %d: %w", r.u, err)
+				a.push(r.slot)
+				st.backup = 0
+				a.backups--
+			}
+			return
+		}
 		if err := a.insert(r.u, c.entryOf(r.u), false); err != nil {
 			// The policy will not track the victim again: it loses
 			// its bytes as if evicted and dropped, so that its slot
@@ -632,6 +688,11 @@ func (c *Cache) undoOne(r undoRec) {
 		}
 	case undoDrop:
 		c.units.blocks[r.b].held++
+	case undoBackup:
+		c.units.of(r.u).backup = r.slot + 1
+		c.tiers.arena(c.wt.tier, c.poolOf(r.u)).backups++
+	case undoPinBackup:
+		c.tiers.arena(r.tier, int(r.pool)).unpinResident(r.u, r.slot, true)
 	case undoAlloc:
 		c.units.release(r.b)
 	case undoRef:
@@ -683,6 +744,7 @@ func (c *Cache) rollback() {
 // Its block's held count must already be down (a victim's is counted out
 // when chosen, see takeSlot).
 func (c *Cache) dropUnit(u UnitID) {
+	c.dropBackup(u)
 	c.units.place(u, Dropped, -1)
 	b := c.units.block(u)
 	if c.units.blocks[b].held == 0 {
@@ -734,7 +796,18 @@ func (c *Cache) commit() {
 		v := &t.victims[i]
 		a := c.tiers.arena(v.tier, int(v.pool))
 		a.evictions++
-		if v.to >= 0 {
+		if v.backup {
+			// Its backup, which the tier's policy tracks already,
+			// becomes its location: no copy.
+			da := c.tiers.arena(v.tier+1, int(v.pool))
+			da.unpinResident(v.u, v.to, true)
+			c.units.place(v.u, v.tier+1, v.to)
+			c.units.of(v.u).backup = 0
+			da.backups--
+			da.moved++
+			c.st.offloads++
+			c.emitMove(v.u, v.tier, v.tier+1)
+		} else if v.to >= 0 {
 			da := c.tiers.arena(v.tier+1, int(v.pool))
 			c.units.place(v.u, v.tier+1, v.to)
 			c.place(da, v.u, async)
@@ -766,6 +839,17 @@ func (c *Cache) commit() {
 				// The load reads its slot below until it is done: the
 				// unit stays there, pinned (finishLoad frees it).
 				a.txPinned[s] = false
+			} else if c.units.of(n.u).storeBy != 0 {
+				// Recomputed while its move down still writes that
+				// slot: it stays reserved, pinned, until the move is
+				// done (finishDown frees it).
+				a.txPinned[s] = false
+			} else if n.act == actOnboard && n.from == c.wt.tier {
+				// Loaded back from the write-through tier: its copy
+				// there stays, as its backup.
+				a.unpinResident(n.u, s, true)
+				a.backups++
+				c.units.of(n.u).backup = s + 1
 			} else {
 				a.remove(n.u, true)
 				a.push(s)

@@ -60,6 +60,7 @@ const (
 	moveCopy                   // u is filled on the GPU from src (copy-on-write)
 	moveDown                   // victim u arrives in slot of tier from+1
 	moveVacate                 // no copy: u's GPU slot is its own once the moves before it are done
+	moveBackup                 // u's backup is written into slot of the write-through tier
 )
 
 // move is what one step of a transfer does to a unit.
@@ -402,6 +403,8 @@ func (c *Cache) finish(tr *transfer, err error) {
 		case moveCopy:
 			c.units.of(m.u).loadBy = 0
 			c.finishCopy(tr, m, err)
+		case moveBackup:
+			c.finishBackup(m, err)
 		case moveVacate:
 			// The slot is the unit's whether or not the victim that
 			// left it arrived below.
@@ -441,6 +444,13 @@ func (c *Cache) finishDown(m move, err error) {
 	to := m.from + 1
 	st := c.units.of(m.u)
 	st.flags &^= unitStoring
+	if (st.tier != to || st.slot != m.slot) && !c.loadsFrom(m.u, to, m.slot) {
+		// It left the slot meanwhile (recomputed into a GPU slot): the
+		// slot, reserved until now, is free.
+		da := c.tiers.arena(to, c.poolOf(m.u))
+		da.remove(m.u, true)
+		da.push(m.slot)
+	}
 	if err != nil {
 		da := c.tiers.arena(to, c.poolOf(m.u))
 		da.failed++
@@ -459,12 +469,37 @@ func (c *Cache) finishDown(m move, err error) {
 	c.unhold(m.u)
 }
 
+// loadsFrom reports whether a transfer in flight loads u from slot s of
+// tier t (a load back that waits for u's move down; finishLoad then frees
+// the slot).
+func (c *Cache) loadsFrom(u UnitID, t Tier, s int32) bool {
+	tr, ok := c.xfer.byID[c.units.of(u).loadBy]
+	if !ok {
+		return false
+	}
+	for _, m := range tr.moves {
+		if m.kind == moveLoad && m.u == u && m.from == t && m.slot == s {
+			return true
+		}
+	}
+	return false
+}
+
 // finishLoad applies the end of unit m.u's load from (m.from, m.slot).
 func (c *Cache) finishLoad(tr *transfer, m move, err error) {
 	below := c.tiers.arena(m.from, c.poolOf(m.u))
-	below.remove(m.u, true)
-	below.push(m.slot)
-	c.units.of(m.u).flags &^= unitLoading
+	st := c.units.of(m.u)
+	st.flags &^= unitLoading
+	if err == nil && m.from == c.wt.tier && st.tier == GPU && c.units.rec(m.u).node != nil {
+		// (A block a truncation detached meanwhile is rewritten.)
+		// Its copy there stays, as its backup.
+		below.unpin(m.u)
+		below.backups++
+		st.backup = m.slot + 1
+	} else {
+		below.remove(m.u, true)
+		below.push(m.slot)
+	}
 	if err != nil {
 		c.loadFailed(tr, m.u)
 	}
@@ -522,6 +557,7 @@ func (c *Cache) unhold(u UnitID) {
 // setUnwritten marks GPU unit u as without bytes (see unitUnwritten); its
 // caller counts it out of its block's held units.
 func (c *Cache) setUnwritten(u UnitID) {
+	c.dropBackup(u)
 	c.units.of(u).flags |= unitUnwritten
 	c.units.rec(u).pending++
 }
@@ -590,6 +626,7 @@ func (c *Cache) dropUnwritten(u UnitID) {
 func (c *Cache) settleTransfers() {
 	x := &c.xfer
 	if x.byID == nil {
+		c.dropQueued() // units without bytes exist without an engine too (voidRestores)
 		return
 	}
 	if c.poll() > 0 {

@@ -144,6 +144,11 @@ func (c *Cache) applyTruncate(s *sequence, t *truncation) {
 				c.st.removed++
 			}
 			c.units.blocks[b].node = nil
+			for sl := range c.geom.slices {
+				// Its units are rewritten past the cut: their
+				// backups are stale.
+				c.voidBackup(c.units.id(b, sl))
+			}
 		} else if r := &c.units.blocks[b]; r.node == nil {
 			// A partial block is never committed: it leaves the index of
 			// blocks being written and a recompute copy's twin.

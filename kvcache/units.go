@@ -71,6 +71,9 @@ type unitState struct {
 	// to the GPU (unitLoading) and move them down (unitStoring); 0 when
 	// none.
 	loadBy, storeBy transferID
+	// backup is, for a GPU unit with a copy on the write-through tier
+	// (TierConfig.WriteThrough), that copy's slot plus one; 0 when none.
+	backup int32
 }
 
 // unitFlags mark a unit whose bytes are in flight (see transfers.go).
@@ -90,6 +93,12 @@ const (
 	// recomputes it and declares it written makes it whole again; once no
 	// pin and no transfer holds it, it is dropped (see Cache.dropLater).
 	unitUnwritten
+	// unitBacking: the unit's backup (see unitState.backup) is being
+	// written; it is not a copy yet. unitBackupVoid: the bytes that
+	// backup is being written from changed meanwhile (a truncation
+	// detached the block): it is given up when written.
+	unitBacking
+	unitBackupVoid
 )
 
 // blockRec is the cache's record of one token block: its node in the prefix

@@ -2,7 +2,8 @@
 // while it computes, and compares two ways of using kvcache's
 // asynchronous transfers: layer-wise (layer l's attention runs once
 // Readiness says layer l is ready, while layer l+1 still loads) and
-// whole-request (the prefill starts once every load is done). It reports
+// whole-request (the prefill starts once every load is done), and
+// layer-wise with write-through to the CPU. It reports
 // the time to first token of each and the fraction of copy time hidden
 // behind compute. Time is simulated (a cost per copied unit and per
 // computed token), the cache and its transfers are real.
@@ -80,8 +81,8 @@ func main() {
 // run simulates both modes on the same workload and prints the results.
 func run(w io.Writer, cfg config, asJSON bool) error {
 	var results []result
-	for _, layerWise := range []bool{true, false} {
-		r, err := simulate(cfg, layerWise)
+	for _, mode := range []struct{ layerWise, writeThrough bool }{{true, false}, {false, false}, {true, true}} {
+		r, err := simulate(cfg, mode.layerWise, mode.writeThrough)
 		if err != nil {
 			return err
 		}
@@ -110,16 +111,18 @@ func run(w io.Writer, cfg config, asJSON bool) error {
 	return err
 }
 
-// simulate serves the workload once, with a fresh cache.
-func simulate(cfg config, layerWise bool) (result, error) {
+// simulate serves the workload once, with a fresh cache (and
+// write-through to the CPU when writeThrough).
+func simulate(cfg config, layerWise, writeThrough bool) (result, error) {
 	m := layout.Model{Name: "8b-like", Layers: cfg.layers, QueryHeads: 32, KVHeads: 8, HeadDim: 128, ElemBytes: 2}
 	l, err := layout.New(m, layout.PagedLayer, cfg.blockTokens)
 	if err != nil {
 		return result{}, err
 	}
 	eng := &stream{perUnit: cfg.copyUs}
-	c, err := kvcache.New(kvcache.Config{Layout: l, Engine: eng,
-		Tiers: kvcache.GPUAndCPU(kvcache.Capacity{Units: cfg.gpuUnits}, kvcache.Capacity{Units: cfg.cpuUnits})})
+	tiers := kvcache.GPUAndCPU(kvcache.Capacity{Units: cfg.gpuUnits}, kvcache.Capacity{Units: cfg.cpuUnits})
+	tiers[1].WriteThrough = writeThrough
+	c, err := kvcache.New(kvcache.Config{Layout: l, Engine: eng, Tiers: tiers})
 	if err != nil {
 		return result{}, err
 	}
@@ -133,6 +136,9 @@ func simulate(cfg config, layerWise bool) (result, error) {
 	}
 	histories := make([][]uint32, cfg.sessions)
 	res := result{Mode: map[bool]string{true: "layer-wise", false: "whole-request"}[layerWise]}
+	if writeThrough {
+		res.Mode += "+write-through"
+	}
 	var ttfts []float64
 	var rd kvcache.Readiness
 	for range cfg.turns {

@@ -28,6 +28,10 @@ func TestLayerWiseHidesCopies(t *testing.T) {
 	require.Less(t, lw.MeanTTFT, whole.MeanTTFT)
 	require.Greater(t, lw.Hidden, 0.2)
 	require.Less(t, whole.Hidden, 0.05, "nothing overlaps when the prefill waits for every load")
+	var wt result
+	require.NoError(t, dec.Decode(&wt))
+	require.Equal(t, "layer-wise+write-through", wt.Mode)
+	require.Less(t, wt.CopyMs, lw.CopyMs, "evictions of written-through units copy nothing")
 }
 
 func TestTable(t *testing.T) {
