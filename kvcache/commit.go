@@ -81,9 +81,17 @@ func (c *Cache) Abort(id SeqID) (err error) {
 // token upTo (see the top of this file), and reports whether it committed
 // any.
 func (c *Cache) commitThrough(s *sequence, upTo int) (committed bool) {
+	c.rewritten(s, upTo)
+	return c.commitBlocks(s, upTo)
+}
+
+// commitBlocks is commitThrough without declaring s's owed units written:
+// a commit that waited for a transfer is retried with it (the server
+// declared the writes it had made then, not those it learns it owes
+// since).
+func (c *Cache) commitBlocks(s *sequence, upTo int) (committed bool) {
 	full := upTo / c.geom.blockTokens
 	s.restored = s.restored[:0]
-	c.rewritten(s, upTo)
 	for i := s.firstPrivate; i < full; i++ {
 		b := s.blocks[i]
 		if c.units.blocks[b].node != nil {

@@ -34,6 +34,11 @@ import (
 //   - Start is called with the cache's lock held and must not call the
 //     cache (ErrReentrant) or wait for a goroutine that does; done may be
 //     called anywhere and never blocks on the cache.
+//   - A Start that panics or ends its goroutine (runtime.Goexit) may have
+//     begun copies that still run, so the cache frees none of the
+//     transfer's slots: it poisons itself (every later change returns an
+//     error wrapping ErrCopyFailed and the *PanicError) and hands the
+//     engine nothing more.
 type TransferEngine interface {
 	Start(copies []Copy, done func(error))
 }

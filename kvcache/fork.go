@@ -7,7 +7,8 @@ import (
 
 // Fork starts a new sequence that shares every full block of sequence id
 // (parallel sampling, beam search) and gets a copy of its partial block
-// (copy-on-write, executed now through the Mover). The child has the
+// (copy-on-write: through the Mover now, or as a transfer of the Engine
+// that the child waits on, see Readiness). The child has the
 // parent's tokens, keys, priorities and mode. Since the copy reads the
 // parent's KV now, calling Fork declares it written: Fork first commits
 // the parent's tokens, as Append does (and that commit stays if the Fork

@@ -264,6 +264,18 @@ func (c *Cache) checkAccounting(policies bool) error {
 			counts[c.poolOf(m.u)][m.from].pinned++
 		}
 	}
+	for u, left := range c.xfer.left {
+		if c.units.of(u).busy == 0 {
+			return fmt.Errorf("unit %d: %d slots left but nothing holds it", u, len(left))
+		}
+		for _, l := range left {
+			if a := c.tiers.arena(l.tier, c.poolOf(u)); a.owner[l.slot] != u {
+				return fmt.Errorf("unit %d left %s slot %d, owned by %d", u, l.tier, l.slot, a.owner[l.slot])
+			}
+			counts[c.poolOf(u)][l.tier].used++
+			counts[c.poolOf(u)][l.tier].pinned++
+		}
+	}
 	if c.tree.Len() > c.meta.maxBlocks && c.meta.head != noBlock && c.subtreeSettled(c.units.blocks[c.meta.head].node) {
 		return fmt.Errorf("tree holds %d blocks, budget %d, with hollow blocks left", c.tree.Len(), c.meta.maxBlocks)
 	}

@@ -21,9 +21,9 @@ import (
 // When the GPU cannot take the whole prefix, Prefetch takes the longest
 // part of it (halving) that fits, possibly nothing. It returns what it did:
 // Onboarded, the victims Offloaded or Dropped, and as Hits the prefix's
-// units on the GPU already (which the prefetch refreshes in their
-// policies; Stats does not count them as lookups: the later Acquire's
-// are). It
+// units on the GPU already (kept from eviction while the others come in,
+// which pins and unpins them in their policies; Stats does not count them
+// as lookups: the later Acquire's are). It
 // returns an error wrapping ErrInvalidRequest for bad extra keys or
 // MaxLoadTokens, ErrCopyFailed when the Mover failed (nothing is then
 // changed) and ErrPolicy when a policy broke its contract. Fields of req

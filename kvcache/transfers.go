@@ -114,7 +114,11 @@ type transfers struct {
 	// sorted and layerStart are sortChains' buffers.
 	sorted     []chain
 	layerStart []int
-	inFlight   int
+	// left holds the slots units left while a transfer still held them
+	// (leaveSlot); broken says that the engine's Start panicked.
+	left     map[UnitID][]leftSlot
+	broken   bool
+	inFlight int
 	// drops lists units without bytes to drop once the running operation
 	// is over (dropLater).
 	drops []UnitID
@@ -124,6 +128,7 @@ func (x *transfers) init() {
 	x.byID = make(map[transferID]*transfer)
 	x.dependents = make(map[transferID][]dependent)
 	x.declared = make(map[*sequence]struct{})
+	x.left = make(map[UnitID][]leftSlot)
 	x.inbox.init()
 }
 
@@ -310,21 +315,34 @@ func (c *Cache) addDep(tr *transfer, on transferID, data bool) {
 
 // start hands tr to the engine.
 func (c *Cache) start(tr *transfer) {
+	if c.xfer.broken {
+		// The engine broke its contract (startTransfer): nothing more
+		// is handed to it, and what it holds stays held.
+		return
+	}
 	tr.started = true
 	id, in := tr.id, &c.xfer.inbox
 	c.startTransfer(tr.copies, func(err error) { in.push(id, err) })
 }
 
-// startTransfer calls the engine, recovering a panic: the transfer has
-// then failed (the engine may still call done; the cache applies the
-// first report).
+// startTransfer calls the engine. A Start that panics or ends its
+// goroutine may have begun copies that still run: the cache cannot free
+// any slot the transfer reads or writes, so it poisons itself (every
+// later change fails with an error wrapping ErrCopyFailed and the
+// PanicError) and starts nothing more; the transfer stays in flight
+// unless the engine reports it done.
 func (c *Cache) startTransfer(copies []Copy, done func(error)) {
 	returned := false
 	defer func() {
-		if r := recover(); r != nil {
-			done(fmt.Errorf("%w: %w", ErrCopyFailed, newPanicError("TransferEngine.Start", r)))
-		} else if !returned {
-			done(fmt.Errorf("%w: TransferEngine.Start: %s", ErrCopyFailed, goexitValue))
+		r := recover()
+		if r == nil && !returned {
+			r = goexitValue
+		}
+		if r != nil {
+			c.xfer.broken = true
+			if c.poisoned == nil {
+				c.poisoned = fmt.Errorf("%w: %w", ErrCopyFailed, newPanicError("TransferEngine.Start", r))
+			}
 		}
 	}()
 	c.engine.Start(copies, done)
@@ -446,10 +464,8 @@ func (c *Cache) finishDown(m move, err error) {
 	st.flags &^= unitStoring
 	if (st.tier != to || st.slot != m.slot) && !c.loadsFrom(m.u, to, m.slot) {
 		// It left the slot meanwhile (recomputed into a GPU slot): the
-		// slot, reserved until now, is free.
-		da := c.tiers.arena(to, c.poolOf(m.u))
-		da.remove(m.u, true)
-		da.push(m.slot)
+		// slot, reserved until now, goes.
+		c.leaveSlot(m.u, to, m.slot, false)
 	}
 	if err != nil {
 		da := c.tiers.arena(to, c.poolOf(m.u))
@@ -467,6 +483,45 @@ func (c *Cache) finishDown(m move, err error) {
 		// the slot this one was to fill: that transfer fails too.
 	}
 	c.unhold(m.u)
+}
+
+// leftSlot is a slot of a lower tier that a unit left (a load's source,
+// the copy below of a recomputed unit, a move down's destination) while
+// a transfer may still read or write it.
+type leftSlot struct {
+	tier   Tier
+	slot   int32
+	backup bool
+}
+
+// leaveSlot releases slot s of tier t, which unit u left and which is
+// still tracked there, pinned, under u's id, from a transfer's finish
+// (whose own hold on u is released right after): now if no other
+// transfer holds u, else when the last one ends (unhold), since it may
+// be a copy-on-write that reads the slot. backup keeps it as u's backup
+// (see writethrough.go) if u still is a written GPU unit of the tree
+// then.
+func (c *Cache) leaveSlot(u UnitID, t Tier, s int32, backup bool) {
+	if c.units.of(u).busy > 1 {
+		c.xfer.left[u] = append(c.xfer.left[u], leftSlot{tier: t, slot: s, backup: backup})
+		return
+	}
+	c.freeLeft(u, leftSlot{tier: t, slot: s, backup: backup})
+}
+
+// freeLeft releases l, a slot u left.
+func (c *Cache) freeLeft(u UnitID, l leftSlot) {
+	a := c.tiers.arena(l.tier, c.poolOf(u))
+	st := c.units.of(u)
+	if l.backup && st.tier == GPU && st.backup == 0 && st.flags&unitUnwritten == 0 && c.units.rec(u).node != nil {
+		// (A block a truncation detached meanwhile is rewritten.)
+		a.unpin(u)
+		a.backups++
+		st.backup = l.slot + 1
+		return
+	}
+	a.remove(u, true)
+	a.push(l.slot)
 }
 
 // loadsFrom reports whether a transfer in flight loads u from slot s of
@@ -487,19 +542,10 @@ func (c *Cache) loadsFrom(u UnitID, t Tier, s int32) bool {
 
 // finishLoad applies the end of unit m.u's load from (m.from, m.slot).
 func (c *Cache) finishLoad(tr *transfer, m move, err error) {
-	below := c.tiers.arena(m.from, c.poolOf(m.u))
 	st := c.units.of(m.u)
 	st.flags &^= unitLoading
-	if err == nil && m.from == c.wt.tier && st.tier == GPU && c.units.rec(m.u).node != nil {
-		// (A block a truncation detached meanwhile is rewritten.)
-		// Its copy there stays, as its backup.
-		below.unpin(m.u)
-		below.backups++
-		st.backup = m.slot + 1
-	} else {
-		below.remove(m.u, true)
-		below.push(m.slot)
-	}
+	// Its copy there stays as its backup on the write-through tier.
+	c.leaveSlot(m.u, m.from, m.slot, err == nil && m.from == c.wt.tier)
 	if err != nil {
 		c.loadFailed(tr, m.u)
 	}
@@ -542,6 +588,12 @@ func (c *Cache) unhold(u UnitID) {
 	st := c.units.of(u)
 	st.busy--
 	if st.busy == 0 {
+		if left, ok := c.xfer.left[u]; ok {
+			delete(c.xfer.left, u)
+			for _, l := range left {
+				c.freeLeft(u, l)
+			}
+		}
 		switch {
 		case st.tier == GPU && st.pins == 0 && st.flags&unitUnwritten != 0:
 			c.dropUnwritten(u)
@@ -641,7 +693,7 @@ func (c *Cache) settleTransfers() {
 		clear(x.declared)
 		for _, s := range retry {
 			if c.seqs[s.id] == s {
-				c.commitThrough(s, s.declaredUpTo)
+				c.commitBlocks(s, s.declaredUpTo)
 			}
 		}
 		clear(retry)

@@ -96,7 +96,9 @@ func (c *Cache) planTruncate(s *sequence, length int) truncation {
 		b := t.blocks[last]
 		// A private block (refs 1) just becomes partial again.
 		if r := &c.units.blocks[b]; r.node != nil {
-			if r.refs == 1 && r.node.IsLeaf() {
+			if r.refs == 1 && r.node.IsLeaf() && !c.unsettled(b) {
+				// (A transfer may still read it: a copy-on-write of
+				// another sequence's Truncate or Fork.)
 				t.detach = true
 			} else {
 				prio, dur := c.priority(s, last)

@@ -90,7 +90,24 @@ func (c *Cache) writeQueued() {
 		return
 	}
 	if c.mover != nil {
-		if err := c.moveBackups(); err != nil {
+		returned := false
+		defer func() {
+			if !returned {
+				// The Mover ended the goroutine (runtime.Goexit): its
+				// writes are unknown, the backups are given up, and
+				// what unlock would have done after this is done here
+				// (but the user code it calls: pruning's policy calls).
+				for _, u := range w.units {
+					c.freeBackup(u, false)
+				}
+				w.queue = w.queue[:0]
+				c.collectPending()
+				c.fillStats(&c.snap)
+			}
+		}()
+		err := c.moveBackups()
+		returned = true
+		if err != nil {
 			for _, u := range w.units {
 				c.tiers.arena(w.tier, c.poolOf(u)).failed++
 				c.freeBackup(u, false)
@@ -108,19 +125,15 @@ func (c *Cache) writeQueued() {
 }
 
 // moveBackups runs the backups' batch through the Mover, recovering a
-// panic as a failure: the batch writes only the backups' slots.
+// panic as a failure: the batch writes only the backups' slots. (A Mover
+// that ends the goroutine is handled by writeQueued.)
 func (c *Cache) moveBackups() (err error) {
-	returned := false
 	defer func() {
 		if r := recover(); r != nil {
 			err = newPanicError("Mover.Copy", r)
-		} else if !returned {
-			err = newPanicError("Mover.Copy", goexitValue)
 		}
 	}()
-	err = c.mover.Copy(c.wt.batch)
-	returned = true
-	return err
+	return c.mover.Copy(c.wt.batch)
 }
 
 // startBackups hands the backups' batch to the engine as one transfer
@@ -190,9 +203,8 @@ func (c *Cache) freeBackup(u UnitID, tracked bool) {
 	st.backup = 0
 }
 
-// dropBackup gives up the backup of u, which leaves the GPU other than by
-// a move down.
-// voidBackup gives up the backup of u, whose bytes are about to change.
+// voidBackup gives up the backup of u, whose bytes are about to change
+// (one being written is given up when its transfer ends, finishBackup).
 func (c *Cache) voidBackup(u UnitID) {
 	if st := c.units.of(u); st.flags&unitBacking != 0 {
 		st.flags |= unitBackupVoid
@@ -201,7 +213,8 @@ func (c *Cache) voidBackup(u UnitID) {
 	}
 }
 
-// One being written is given up when its transfer ends (finishBackup).
+// dropBackup gives up the backup of u, which leaves the GPU other than by
+// a move down (one being written is given up when its transfer ends).
 func (c *Cache) dropBackup(u UnitID) {
 	if st := c.units.of(u); st.backup != 0 && st.flags&unitBacking == 0 {
 		c.freeBackup(u, true)

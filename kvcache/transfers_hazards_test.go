@@ -1,0 +1,324 @@
+package kvcache
+
+import (
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/kvtier/kvtier/layout"
+	"github.com/stretchr/testify/require"
+)
+
+// Hazards of transfers in flight that a review found (each test failed
+// before its fix): a slot still read by a copy-on-write freed by another
+// transfer's end, a block rewritten while a copy reads it, and user code
+// that ends its goroutine in the middle.
+
+// revEngine: transfers complete only when the test says so, by id.
+type revEngine struct {
+	store *MemoryStore
+	jobs  []*revJob
+}
+
+type revJob struct {
+	copies []Copy
+	done   func(error)
+	over   bool
+}
+
+func (e *revEngine) Start(copies []Copy, done func(error)) {
+	e.jobs = append(e.jobs, &revJob{copies: append([]Copy(nil), copies...), done: done})
+}
+
+func (e *revEngine) finish(t *testing.T, i int, err error) {
+	t.Helper()
+	j := e.jobs[i]
+	require.False(t, j.over)
+	j.over = true
+	if err == nil {
+		require.NoError(t, e.store.Copy(j.copies))
+	}
+	j.done(err)
+}
+
+// drain completes every unfinished job not in skip (and those they start).
+func (e *revEngine) drain(t *testing.T, c *Cache, skip map[int]bool) {
+	t.Helper()
+	for {
+		progress := false
+		for i, j := range e.jobs {
+			if !j.over && !skip[i] {
+				e.finish(t, i, nil)
+				progress = true
+			}
+		}
+		_, err := c.Poll()
+		require.NoError(t, err)
+		if !progress {
+			return
+		}
+	}
+}
+
+func concat(xs ...[]uint32) []uint32 {
+	var out []uint32
+	for _, x := range xs {
+		out = append(out, x...)
+	}
+	return out
+}
+
+// TestAsyncCopySourceOutlivesALoadOfIt: a copy-on-write reads its source
+// from the CPU; another sequence onboards the same unit; the load
+// finishing must not free the CPU slot while the copy still reads it (it
+// did, and another unit moved down into it).
+func TestAsyncCopySourceOutlivesALoadOfIt(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, []int{4, 0}) // layer 0 window 4: pool 0
+	tiers := GPUAndCPU(Capacity{Units: 20}, Capacity{Units: 16})
+	store, err := NewMemoryStore(l, tiers)
+	require.NoError(t, err)
+	e := &revEngine{store: store}
+	c, err := New(Config{Layout: l, Tiers: tiers, Engine: e})
+	require.NoError(t, err)
+	none := map[int]bool{}
+
+	ta := seqTokens(8, 0)
+	a, err := c.Acquire(Request{Tokens: ta})
+	require.NoError(t, err)
+	e.drain(t, c, none)
+	writeBlocks(t, c, store, a.Seq, ta, 0, 2)
+	ta = concat(ta, seqTokens(8, 100))
+	_, err = c.Append(a.Seq, ta[8:]...)
+	require.NoError(t, err)
+	e.drain(t, c, none)
+	writeBlocks(t, c, store, a.Seq, ta, 2, 4)
+	ta = append(ta, 7)
+	_, err = c.Append(a.Seq, 7) // commits blocks 2, 3; pool 0 unpins blocks 0..2
+	require.NoError(t, err)
+	e.drain(t, c, none)
+
+	ty := seqTokens(12, 300)
+	y, err := c.Acquire(Request{Tokens: ty})
+	require.NoError(t, err)
+	e.drain(t, c, none)
+	writeBlocks(t, c, store, y.Seq, ty, 0, 3)
+	finish(t, c, y.Seq)
+
+	tx := seqTokens(16, 500)
+	x, err := c.Acquire(Request{Tokens: tx})
+	require.NoError(t, err)
+	e.drain(t, c, none)
+	writeBlocks(t, c, store, x.Seq, tx, 0, 4)
+	require.NoError(t, c.Commit(x.Seq, 16))
+	e.drain(t, c, none)
+
+	loc, err := c.Locate(a.Seq, 2, 0)
+	require.NoError(t, err)
+	require.Equal(t, CPU, loc.Tier, "setup: block 1's windowed unit is on the CPU")
+	cpuSlot := loc.Slot
+
+	// Truncate A to 6 tokens: block 1 becomes partial and is copied on
+	// write; its windowed unit is copied from the CPU.
+	first := len(e.jobs)
+	_, err = c.Truncate(a.Seq, len(ta)-10)
+	require.NoError(t, err)
+	cow := map[int]bool{}
+	for i := first; i < len(e.jobs); i++ {
+		for _, cp := range e.jobs[i].copies {
+			if cp.From == CPU && cp.FromSlot == cpuSlot && cp.Pool == 0 {
+				cow[i] = true
+			}
+		}
+	}
+	require.NotEmpty(t, cow, "the copy-on-write reads the CPU slot")
+
+	// B onboards the same unit; its load completes (with everything else
+	// but the copy-on-write).
+	_, err = c.Acquire(Request{Tokens: ta[:12]})
+	require.NoError(t, err)
+	e.drain(t, c, cow)
+	// X goes: a new prompt pushes X's units down to the CPU, into the
+	// freed slot.
+	require.NoError(t, c.Release(x.Seq))
+	z, err := c.Acquire(Request{Tokens: seqTokens(8, 900)})
+	require.NoError(t, err)
+	e.drain(t, c, cow)
+	_ = z
+	for i := range cow {
+		e.finish(t, i, nil)
+	}
+	e.drain(t, c, none)
+	// A's first 6 tokens: block 0 and (copied) block 1.
+	for sl := range 2 {
+		table, err := c.BlockTable(nil, a.Seq, sl)
+		require.NoError(t, err)
+		for i, slot := range table {
+			buf := store.Bytes(GPU, c.SlicePool(sl), slot)
+			for o := range buf {
+				require.Equal(t, pattern(ta[i*4], sl, o), buf[o], "A block %d slice %d byte %d", i, sl, o)
+			}
+		}
+	}
+	require.NoError(t, c.checkInvariants())
+}
+
+type goexitEngine struct {
+	inner *revEngine
+	exit  bool
+}
+
+func (e *goexitEngine) Start(copies []Copy, done func(error)) {
+	if e.exit {
+		e.exit = false
+		runtime.Goexit()
+	}
+	e.inner.Start(copies, done)
+}
+
+// TestAsyncEngineStartGoexitPoisons: an engine that ends the goroutine in
+// Start (as a panic would) left the operation half done: transfers never
+// started, slots held by nobody, Clear refusing forever. Now the cache is
+// poisoned with an error that says why.
+func TestAsyncEngineStartGoexitPoisons(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	tiers := GPUAndCPU(Capacity{Units: 4}, Capacity{Units: 8})
+	store, err := NewMemoryStore(l, tiers)
+	require.NoError(t, err)
+	inner := &revEngine{store: store}
+	e := &goexitEngine{inner: inner}
+	c, err := New(Config{Layout: l, Tiers: tiers, Engine: e})
+	require.NoError(t, err)
+	none := map[int]bool{}
+	p := seqTokens(8, 0)
+	a, err := c.Acquire(Request{Tokens: p})
+	require.NoError(t, err)
+	writeBlocks(t, c, store, a.Seq, p, 0, 2)
+	finish(t, c, a.Seq)
+	b, err := c.Acquire(Request{Tokens: seqTokens(8, 100)}) // pushes p to the CPU
+	require.NoError(t, err)
+	inner.drain(t, c, none)
+	writeBlocks(t, c, store, b.Seq, seqTokens(8, 100), 0, 2)
+	finish(t, c, b.Seq)
+	inner.drain(t, c, none)
+
+	e.exit = true
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _, _ = c.Acquire(Request{Tokens: p}) }() // two transfers, one per layer
+	wg.Wait()
+	// The engine may still be writing what it was handed: the cache
+	// refuses every change, so no slot is handed out again, and answers
+	// reads.
+	require.ErrorIs(t, c.Clear(), ErrCopyFailed)
+	_, err = c.Acquire(Request{Tokens: seqTokens(4, 900)})
+	require.ErrorIs(t, err, ErrCopyFailed)
+	var pe *PanicError
+	require.ErrorAs(t, err, &pe)
+	require.Positive(t, c.Stats().Transfers, "the unstarted transfer stays in flight")
+}
+
+type exitMover struct {
+	store *MemoryStore
+	exit  bool
+}
+
+func (m *exitMover) Copy(copies []Copy) error {
+	if m.exit {
+		m.exit = false
+		runtime.Goexit()
+	}
+	return m.store.Copy(copies)
+}
+
+// TestWriteThroughMoverGoexitGivesBackupsUp: a Mover that ends the
+// goroutine while writing backups left them recorded but never written;
+// an eviction later moved a unit to its "backup" for free and a load
+// served its zeros.
+func TestWriteThroughMoverGoexitGivesBackupsUp(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	tiers := GPUAndCPU(Capacity{Units: 4}, Capacity{Units: 8})
+	tiers[1].WriteThrough = true
+	store, err := NewMemoryStore(l, tiers)
+	require.NoError(t, err)
+	m := &exitMover{store: store}
+	c, err := New(Config{Layout: l, Tiers: tiers, Mover: m})
+	require.NoError(t, err)
+	p := seqTokens(8, 0)
+	a, err := c.Acquire(Request{Tokens: p})
+	require.NoError(t, err)
+	writeBlocks(t, c, store, a.Seq, p, 0, 2)
+	m.exit = true
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = c.Commit(a.Seq, 8) }() // the backups' batch ends the goroutine
+	wg.Wait()
+	require.Zero(t, c.Stats().Tier(CPU).Backups, "the backups are given up")
+	require.NoError(t, c.checkInvariants())
+	require.NoError(t, c.Release(a.Seq))
+	// Another prompt evicts p's units: to their "backups", never written.
+	q := seqTokens(8, 100)
+	b, err := c.Acquire(Request{Tokens: q})
+	require.NoError(t, err)
+	require.NotEmpty(t, b.Executed, "the victims are copied down")
+	writeBlocks(t, c, store, b.Seq, q, 0, 2)
+	finish(t, c, b.Seq)
+	a2, err := c.Acquire(Request{Tokens: p})
+	require.NoError(t, err)
+	requireBlocks(t, c, store, a2.Seq, p)
+}
+
+// TestAsyncNoDetachWhileCopied: B's copy-on-write reads block 1 of A; A
+// then truncates into block 1, which is its alone and a leaf now: it was
+// detached and A's server rewrote it while B's copy still read it. It is
+// copied on write instead while a transfer reads it.
+func TestAsyncNoDetachWhileCopied(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	tiers := GPUAndCPU(Capacity{Units: 16}, Capacity{Units: 8})
+	store, err := NewMemoryStore(l, tiers)
+	require.NoError(t, err)
+	e := &revEngine{store: store}
+	c, err := New(Config{Layout: l, Tiers: tiers, Engine: e})
+	require.NoError(t, err)
+	none := map[int]bool{}
+	p := seqTokens(10, 0)
+	a, err := c.Acquire(Request{Tokens: p})
+	require.NoError(t, err)
+	e.drain(t, c, none)
+	writeBlocks(t, c, store, a.Seq, p, 0, 3)
+	b, err := c.Fork(a.Seq) // commits blocks 0, 1
+	require.NoError(t, err)
+	e.drain(t, c, none)
+	first := len(e.jobs)
+	_, err = c.Truncate(b.Seq, 4) // 6 tokens: block 1 copied on write
+	require.NoError(t, err)
+	cow := map[int]bool{}
+	for i := first; i < len(e.jobs); i++ {
+		cow[i] = true
+	}
+	require.NotEmpty(t, cow)
+	_, err = c.Truncate(a.Seq, 5) // 5 tokens: block 1 is A's alone, but B's copy reads it
+	require.NoError(t, err)
+	e.drain(t, c, cow) // A's own transfers, not B's copy
+	var r Readiness
+	require.NoError(t, c.Readiness(a.Seq, &r))
+	require.Zero(t, r.Pending, "A may write block 1 now")
+	tb, err := c.BlockTable(nil, b.Seq, 0)
+	require.NoError(t, err)
+	ta, err := c.BlockTable(nil, a.Seq, 0)
+	require.NoError(t, err)
+	require.NotEqual(t, tb[1], ta[1], "A writes a copy of block 1, not the block B's copy reads")
+	// A's server computes token 5 onward into block 1.
+	for sl := range 2 {
+		table, err := c.BlockTable(nil, a.Seq, sl)
+		require.NoError(t, err)
+		buf := store.Bytes(GPU, c.SlicePool(sl), table[1])
+		for o := range buf {
+			buf[o] = 0xAB
+		}
+	}
+	e.drain(t, c, none) // B's copy runs now
+	require.NoError(t, c.Readiness(b.Seq, &r))
+	require.Zero(t, r.Pending)
+	require.Empty(t, r.Recompute)
+	requireBlocks(t, c, store, b.Seq, p[:6])
+}
