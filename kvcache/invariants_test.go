@@ -356,27 +356,22 @@ func (c *Cache) checkTables() error {
 	return nil
 }
 
-// checkInFlight verifies unit u's transfer state: the flags agree with the
-// transfers that move it, and only a GPU unit may be without bytes.
+// checkInFlight verifies unit u's transfer state: the transfers that move
+// it are in flight, and only a GPU unit may be loading or without bytes.
 func (c *Cache) checkInFlight(u UnitID) error {
 	st := c.units.of(u)
 	x := &c.xfer
-	loading := st.flags&unitLoading != 0
-	storing := st.flags&unitStoring != 0
+	loading, storing := st.loading(), st.storing()
 	if c.engine == nil {
-		if st.flags&^unitUnwritten != 0 || st.busy != 0 {
-			return fmt.Errorf("unit %d: flags %b busy %d without an engine", u, st.flags, st.busy)
+		if st.flags&^unitUnwritten != 0 || st.busy != 0 || loading || storing {
+			return fmt.Errorf("unit %d: flags %b busy %d transfers %d, %d without an engine", u, st.flags, st.busy, st.loadBy, st.storeBy)
 		}
 		return nil
 	}
 	for _, by := range []struct {
 		id   transferID
-		flag bool
 		what string
-	}{{st.loadBy, loading, "loads"}, {st.storeBy, storing, "stores"}} {
-		if (by.id != 0) != by.flag {
-			return fmt.Errorf("unit %d: flags %b, transfer %d %s it", u, st.flags, by.id, by.what)
-		}
+	}{{st.loadBy, "loads"}, {st.storeBy, "stores"}} {
 		if tr, ok := x.byID[by.id]; by.id != 0 && (!ok || tr.done) {
 			return fmt.Errorf("unit %d: transfer %d that %s it is over", u, by.id, by.what)
 		}

@@ -150,7 +150,7 @@ func (h *harness) checkReadiness(id SeqID, r *Readiness) {
 					continue
 				}
 				u := c.units.id(s.blocks[i], sl)
-				require.Zero(h.t, c.units.of(u).flags&unitLoading, "step %d: seq %d layer %d ready, but unit %d (block %d slice %d) is loading", h.steps, id, l, u, i, sl)
+				require.False(h.t, c.units.of(u).loading(), "step %d: seq %d layer %d ready, but unit %d (block %d slice %d) is loading", h.steps, id, l, u, i, sl)
 			}
 		}
 	}

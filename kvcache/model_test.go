@@ -848,7 +848,7 @@ func (h *harness) checkBytes() {
 				slot int32
 			}
 			var copies []copyAt
-			if st.tier != Dropped && st.flags&(unitLoading|unitStoring|unitUnwritten) == 0 {
+			if st.tier != Dropped && !st.loading() && !st.storing() && st.flags&unitUnwritten == 0 {
 				// (Otherwise no bytes, or not yet: in flight, or a
 				// failed load waiting for its recompute.)
 				copies = append(copies, copyAt{st.tier, st.slot})

@@ -752,20 +752,14 @@ func (c *Cache) dropUnit(u UnitID) {
 	}
 }
 
-// markInFlight marks the units the committed transaction's copies move
-// (see transfers.go): each is held by its transfer.
+// markInFlight holds the units the committed transaction's copies move,
+// and the copies' sources, for their transfers (see transfers.go; submit
+// names the transfers in the units' loadBy and storeBy).
 func (c *Cache) markInFlight() {
 	for _, m := range c.tx.moves {
 		c.hold(m.u)
-		st := c.units.of(m.u)
-		switch m.kind {
-		case moveDown:
-			st.flags |= unitStoring
-		case moveCopy:
-			st.flags |= unitLoading
+		if m.kind == moveCopy {
 			c.hold(m.src)
-		default:
-			st.flags |= unitLoading
 		}
 	}
 }

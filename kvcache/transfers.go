@@ -15,10 +15,10 @@ import (
 //
 //   - a unit arriving on the GPU (onboarded, copied on write, or fresh in a
 //     slot whose old content is still moving down) has its slot but is not
-//     readable (unitLoading); the hold keeps it pinned in its policy, so it
+//     readable (unitState.loadBy); the hold keeps it pinned in its policy, so it
 //     is not evicted, and a sequence that hits it waits for the same
 //     transfer;
-//   - a victim moving down (unitStoring) is in its new slot, pinned in that
+//   - a victim moving down (unitState.storeBy) is in its new slot, pinned in that
 //     tier's policy until its bytes are there; a request that needs it
 //     meanwhile loads it back by a transfer that starts when the move is
 //     done (a data dependency);
@@ -426,9 +426,7 @@ func (c *Cache) finish(tr *transfer, err error) {
 		case moveVacate:
 			// The slot is the unit's whether or not the victim that
 			// left it arrived below.
-			st := c.units.of(m.u)
-			st.loadBy = 0
-			st.flags &^= unitLoading
+			c.units.of(m.u).loadBy = 0
 			c.unhold(m.u)
 		}
 	}
@@ -461,7 +459,6 @@ func (c *Cache) finish(tr *transfer, err error) {
 func (c *Cache) finishDown(m move, err error) {
 	to := m.from + 1
 	st := c.units.of(m.u)
-	st.flags &^= unitStoring
 	if (st.tier != to || st.slot != m.slot) && !c.loadsFrom(m.u, to, m.slot) {
 		// It left the slot meanwhile (recomputed into a GPU slot): the
 		// slot, reserved until now, goes.
@@ -542,8 +539,6 @@ func (c *Cache) loadsFrom(u UnitID, t Tier, s int32) bool {
 
 // finishLoad applies the end of unit m.u's load from (m.from, m.slot).
 func (c *Cache) finishLoad(tr *transfer, m move, err error) {
-	st := c.units.of(m.u)
-	st.flags &^= unitLoading
 	// Its copy there stays as its backup on the write-through tier.
 	c.leaveSlot(m.u, m.from, m.slot, err == nil && m.from == c.wt.tier)
 	if err != nil {
@@ -554,7 +549,6 @@ func (c *Cache) finishLoad(tr *transfer, m move, err error) {
 
 // finishCopy applies the end of unit m.u's copy-on-write from m.src.
 func (c *Cache) finishCopy(tr *transfer, m move, err error) {
-	c.units.of(m.u).flags &^= unitLoading
 	if err != nil {
 		c.loadFailed(tr, m.u)
 	}

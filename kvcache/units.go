@@ -67,32 +67,34 @@ type unitState struct {
 	busy  uint16
 	tier  Tier
 	flags unitFlags
-	// loadBy and storeBy name the transfers that bring the unit's bytes
-	// to the GPU (unitLoading) and move them down (unitStoring); 0 when
-	// none.
+	// loadBy names the transfer that brings the unit's bytes into its GPU
+	// slot (a load, a copy-on-write, or the slot's old content still
+	// moving down): until it is done no kernel may read the unit, nor
+	// write a fresh one. storeBy names the transfer that moves a victim's
+	// bytes into its new slot below. 0 when none (see loading, storing).
 	loadBy, storeBy transferID
 	// backup is, for a GPU unit with a copy on the write-through tier
 	// (TierConfig.WriteThrough), that copy's slot plus one; 0 when none.
 	backup int32
 }
 
-// unitFlags mark a unit whose bytes are in flight (see transfers.go).
+// loading reports whether a transfer still brings st's bytes to the GPU.
+func (st *unitState) loading() bool { return st.loadBy != 0 }
+
+// storing reports whether a transfer still moves st's bytes down.
+func (st *unitState) storing() bool { return st.storeBy != 0 }
+
+// unitFlags mark a unit whose bytes are not what its tier says (see
+// transfers.go and writethrough.go).
 type unitFlags uint8
 
 const (
-	// unitLoading: the unit has its GPU slot but its bytes are not there
-	// yet (loading, copied on write, or the slot's old content still
-	// moving down): no kernel may read it, nor write a fresh one.
-	unitLoading unitFlags = 1 << iota
-	// unitStoring: a victim moving down; its bytes are not in its new
-	// slot yet.
-	unitStoring
 	// unitUnwritten: a GPU unit without bytes that keeps its slot: its
 	// load failed, or its sequence gave it up while a transfer still held
 	// the slot. Its block does not count it as held. A sequence that
 	// recomputes it and declares it written makes it whole again; once no
 	// pin and no transfer holds it, it is dropped (see Cache.dropLater).
-	unitUnwritten
+	unitUnwritten unitFlags = 1 << iota
 	// unitBacking: the unit's backup (see unitState.backup) is being
 	// written; it is not a copy yet. unitBackupVoid: the bytes that
 	// backup is being written from changed meanwhile (a truncation
