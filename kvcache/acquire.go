@@ -52,11 +52,9 @@ func (c *Cache) Acquire(req Request) (_ Plan, err error) {
 	if c.poisoned != nil {
 		return Plan{}, c.poisoned
 	}
-	keys := radix.Keys{Namespace: req.Namespace, LoRA: req.LoRA}
-	nodes, err := c.tree.Match(c.scratch.nodes[:0], keys, req.Tokens, req.Extra)
-	c.scratch.nodes = nodes[:0]
+	keys, nodes, err := c.match(&req)
 	if err != nil {
-		return Plan{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		return Plan{}, err
 	}
 	s := &sequence{
 		keys:   keys,
@@ -80,13 +78,7 @@ func (c *Cache) Acquire(req Request) (_ Plan, err error) {
 }
 
 func (c *Cache) acquireSparse(s *sequence, tokens []uint32, nodes []*radix.Node[int32]) Plan {
-	k := 0
-	for _, n := range nodes {
-		if !c.whole(n.Value) {
-			break
-		}
-		k++
-	}
+	k := c.wholePrefix(nodes)
 	writing := c.beingWritten(c.matchState(s.keys, nodes[:k]), tokens, s.extra, k)
 	s.tokens = slices.Clone(tokens[:k*c.geom.blockTokens])
 	s.blocks = make([]int32, k)

@@ -1,10 +1,6 @@
 package kvcache
 
-import (
-	"fmt"
-
-	"github.com/kvtier/kvtier/radix"
-)
+import "github.com/kvtier/kvtier/radix"
 
 // Admission is the answer of Admit: what a request would still need from
 // the GPU after reuse.
@@ -47,11 +43,9 @@ func (c *Cache) Admit(req Request) (Admission, error) {
 	if c.poisoned != nil {
 		return Admission{}, c.poisoned
 	}
-	keys := radix.Keys{Namespace: req.Namespace, LoRA: req.LoRA}
-	nodes, err := c.tree.Match(c.scratch.nodes[:0], keys, req.Tokens, req.Extra)
-	c.scratch.nodes = nodes[:0]
+	keys, nodes, err := c.match(&req)
 	if err != nil {
-		return Admission{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		return Admission{}, err
 	}
 	need := make([]int, len(c.geom.pools))
 	pinning := make([]int, len(c.geom.pools))
@@ -81,13 +75,7 @@ func (c *Cache) Admit(req Request) (Admission, error) {
 // remain to prefill (added to need, per pool).
 func (c *Cache) admitSparse(keys radix.Keys, nodes []*radix.Node[int32], req Request, need []int) Admission {
 	g := c.geom
-	k := 0
-	for _, n := range nodes {
-		if !c.whole(n.Value) {
-			break
-		}
-		k++
-	}
+	k := c.wholePrefix(nodes)
 	var a Admission
 	a.BeingWrittenTokens = c.beingWritten(c.matchState(keys, nodes[:k]), req.Tokens, req.Extra, k)
 	a.ReusedTokens = k * g.blockTokens

@@ -1,7 +1,10 @@
 package kvcache
 
 import (
+	"fmt"
+
 	"github.com/kvtier/kvtier/eviction"
+	"github.com/kvtier/kvtier/radix"
 )
 
 // poolOf returns the pool of unit u.
@@ -32,6 +35,29 @@ func (c *Cache) gainBytes(b int32) {
 
 // whole reports whether every unit of block b holds bytes.
 func (c *Cache) whole(b int32) bool { return c.units.blocks[b].held == int32(c.geom.slices) }
+
+// wholePrefix returns how many of nodes, from the first, are whole.
+func (c *Cache) wholePrefix(nodes []*radix.Node[int32]) int {
+	k := 0
+	for k < len(nodes) && c.whole(nodes[k].Value) {
+		k++
+	}
+	return k
+}
+
+// match returns req's keys and the nodes of its longest cached prefix
+// (whole blocks; Cache.mu held), or an error wrapping ErrInvalidRequest
+// for bad extra keys. The nodes are in a scratch buffer: valid until the
+// next match.
+func (c *Cache) match(req *Request) (radix.Keys, []*radix.Node[int32], error) {
+	keys := radix.Keys{Namespace: req.Namespace, LoRA: req.LoRA}
+	nodes, err := c.tree.Match(c.scratch.nodes[:0], keys, req.Tokens, req.Extra)
+	c.scratch.nodes = nodes[:0]
+	if err != nil {
+		return keys, nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	return keys, nodes, nil
+}
 
 // hasBytes reports whether unit u holds bytes: it is on a tier and, on
 // the GPU, not unwritten (see unitUnwritten).

@@ -58,12 +58,9 @@ func newPanicError(call string, r any) *PanicError {
 // breaks the arena (its policy is not called again) and poisons the cache.
 // errp, when not nil, receives the panic as the call's error.
 func (a *arena) recoverPolicy(call string, errp *error, returned *bool) {
-	r := recover()
+	r := panicValue(recover(), *returned)
 	if r == nil {
-		if *returned {
-			return
-		}
-		r = goexitValue
+		return
 	}
 	pe := newPanicError(fmt.Sprintf("%s policy of pool %d: %s", a.tier, a.pool, call), r)
 	a.broken = pe
@@ -77,6 +74,16 @@ func (a *arena) recoverPolicy(call string, errp *error, returned *bool) {
 // goroutine (runtime.Goexit): the cache's code after the call does not
 // run, so what a panic would have left consistent may not be.
 const goexitValue = "runtime.Goexit called"
+
+// panicValue returns what user code left a deferred recovery: r, the
+// value recover returned, or goexitValue when the call neither returned
+// nor panicked (it ended the goroutine); nil when it returned.
+func panicValue(r any, returned bool) any {
+	if r == nil && !returned {
+		return goexitValue
+	}
+	return r
+}
 
 // The policy* methods call the arena's policy unless it is muted: broken
 // by a panic, or replaying a rollback it undoes itself (see arena.muted).
@@ -213,11 +220,7 @@ func (c *Cache) copyBatch(batch []Copy) (err error) {
 func (c *Cache) decide(v Victim) (move bool) {
 	returned := false
 	defer func() {
-		r := recover()
-		if r == nil && !returned {
-			r = goexitValue
-		}
-		if r != nil {
+		if r := panicValue(recover(), returned); r != nil {
 			c.poisonWith(newPanicError("Decider", r))
 			move = false
 		}

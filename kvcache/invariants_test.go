@@ -237,23 +237,12 @@ func (c *Cache) checkAccounting(policies bool) error {
 		return fmt.Errorf("hollow list holds %d blocks, counted %d", listed, c.meta.count)
 	}
 	// A load's source keeps its slot below, pinned, until the load is
-	// done, and a move down its destination slot until the move is done
-	// when the unit left it meanwhile.
+	// done (and past it while another transfer holds the unit: left).
 	for _, tr := range c.xfer.byID {
 		if tr.done {
 			continue
 		}
 		for _, m := range tr.moves {
-			if m.kind == moveDown {
-				if st := c.units.of(m.u); (st.tier != m.from+1 || st.slot != m.slot) && !c.loadsFrom(m.u, m.from+1, m.slot) {
-					if a := c.tiers.arena(m.from+1, c.poolOf(m.u)); a.owner[m.slot] != m.u {
-						return fmt.Errorf("transfer %d moves unit %d down to %s slot %d, owned by %d", tr.id, m.u, m.from+1, m.slot, a.owner[m.slot])
-					}
-					counts[c.poolOf(m.u)][m.from+1].used++
-					counts[c.poolOf(m.u)][m.from+1].pinned++
-				}
-				continue
-			}
 			if m.kind != moveLoad {
 				continue
 			}

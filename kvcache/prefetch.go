@@ -3,8 +3,6 @@ package kvcache
 import (
 	"errors"
 	"fmt"
-
-	"github.com/kvtier/kvtier/radix"
 )
 
 // Prefetch brings the cached prefix of req's prompt up to the GPU ahead of
@@ -40,16 +38,11 @@ func (c *Cache) Prefetch(req Request) (_ Counts, err error) {
 	if c.poisoned != nil {
 		return Counts{}, c.poisoned
 	}
-	keys := radix.Keys{Namespace: req.Namespace, LoRA: req.LoRA}
-	nodes, err := c.tree.Match(c.scratch.nodes[:0], keys, req.Tokens, req.Extra)
-	c.scratch.nodes = nodes[:0]
+	_, nodes, err := c.match(&req)
 	if err != nil {
-		return Counts{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		return Counts{}, err
 	}
-	k := 0
-	for k < len(nodes) && c.whole(nodes[k].Value) {
-		k++
-	}
+	k := c.wholePrefix(nodes)
 	if req.MaxLoadTokens > 0 {
 		k = min(k, max(1, req.MaxLoadTokens/c.geom.blockTokens))
 	}

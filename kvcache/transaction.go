@@ -833,15 +833,13 @@ func (c *Cache) commit() {
 				// The load reads its slot below until it is done: the
 				// unit stays there, pinned (finishLoad frees it).
 				a.txPinned[s] = false
-			} else if st := c.units.of(n.u); st.busy > 0 {
+			} else if n.act == actRecompute && c.units.of(n.u).busy > 0 {
 				// Recomputed while a transfer holds it (its move down
 				// writes that slot, or a copy-on-write reads it): the
-				// slot stays reserved, pinned, until the transfer is
-				// done (finishDown, or the last unhold, frees it).
+				// slot stays reserved, pinned, until the last transfer
+				// lets go of the unit (see leaveSlot).
 				a.txPinned[s] = false
-				if st.storeBy == 0 {
-					c.xfer.left[n.u] = append(c.xfer.left[n.u], leftSlot{tier: n.from, slot: s})
-				}
+				c.xfer.left[n.u] = append(c.xfer.left[n.u], leftSlot{tier: n.from, slot: s})
 			} else if n.act == actOnboard && n.from == c.wt.tier {
 				// Loaded back from the write-through tier: its copy
 				// there stays, as its backup.

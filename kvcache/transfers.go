@@ -289,7 +289,14 @@ func (c *Cache) sortChains() {
 
 // newTransfer adds a transfer of the running operation.
 func (c *Cache) newTransfer(kvLayer int32) *transfer {
-	x := &c.xfer
+	tr := c.xfer.add(kvLayer)
+	c.tx.submitted = append(c.tx.submitted, tr.id)
+	return tr
+}
+
+// add registers a new transfer in flight, under an id no known transfer
+// uses.
+func (x *transfers) add(kvLayer int32) *transfer {
 	for {
 		x.next++
 		if _, used := x.byID[x.next]; x.next != 0 && !used {
@@ -299,7 +306,6 @@ func (c *Cache) newTransfer(kvLayer int32) *transfer {
 	tr := &transfer{id: x.next, kvLayer: kvLayer}
 	x.byID[tr.id] = tr
 	x.inFlight++
-	c.tx.submitted = append(c.tx.submitted, tr.id)
 	return tr
 }
 
@@ -334,11 +340,7 @@ func (c *Cache) start(tr *transfer) {
 func (c *Cache) startTransfer(copies []Copy, done func(error)) {
 	returned := false
 	defer func() {
-		r := recover()
-		if r == nil && !returned {
-			r = goexitValue
-		}
-		if r != nil {
+		if r := panicValue(recover(), returned); r != nil {
 			c.xfer.broken = true
 			if c.poisoned == nil {
 				c.poisoned = fmt.Errorf("%w: %w", ErrCopyFailed, newPanicError("TransferEngine.Start", r))
@@ -459,11 +461,6 @@ func (c *Cache) finish(tr *transfer, err error) {
 func (c *Cache) finishDown(m move, err error) {
 	to := m.from + 1
 	st := c.units.of(m.u)
-	if (st.tier != to || st.slot != m.slot) && !c.loadsFrom(m.u, to, m.slot) {
-		// It left the slot meanwhile (recomputed into a GPU slot): the
-		// slot, reserved until now, goes.
-		c.leaveSlot(m.u, to, m.slot, false)
-	}
 	if err != nil {
 		da := c.tiers.arena(to, c.poolOf(m.u))
 		da.failed++
@@ -476,15 +473,17 @@ func (c *Cache) finishDown(m move, err error) {
 			c.emitMove(m.u, to, Dropped)
 			c.dropUnit(m.u)
 		}
-		// Otherwise it was loaded back since, by a transfer that reads
-		// the slot this one was to fill: that transfer fails too.
+		// Otherwise it left the slot since (the slot is in
+		// xfer.left): loaded back by a transfer that reads it, which
+		// fails too, or recomputed.
 	}
 	c.unhold(m.u)
 }
 
-// leftSlot is a slot of a lower tier that a unit left (a load's source,
-// the copy below of a recomputed unit, a move down's destination) while
-// a transfer may still read or write it.
+// leftSlot is a slot of a lower tier that a unit left while a transfer
+// may still read or write it: a load's source, or the copy below of a
+// unit recomputed while held (its move down may still write it, a
+// copy-on-write still read it).
 type leftSlot struct {
 	tier   Tier
 	slot   int32
@@ -519,22 +518,6 @@ func (c *Cache) freeLeft(u UnitID, l leftSlot) {
 	}
 	a.remove(u, true)
 	a.push(l.slot)
-}
-
-// loadsFrom reports whether a transfer in flight loads u from slot s of
-// tier t (a load back that waits for u's move down; finishLoad then frees
-// the slot).
-func (c *Cache) loadsFrom(u UnitID, t Tier, s int32) bool {
-	tr, ok := c.xfer.byID[c.units.of(u).loadBy]
-	if !ok {
-		return false
-	}
-	for _, m := range tr.moves {
-		if m.kind == moveLoad && m.u == u && m.from == t && m.slot == s {
-			return true
-		}
-	}
-	return false
 }
 
 // finishLoad applies the end of unit m.u's load from (m.from, m.slot).

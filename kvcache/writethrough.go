@@ -140,17 +140,8 @@ func (c *Cache) moveBackups() (err error) {
 // that holds its units (their GPU slots are not reused meanwhile).
 func (c *Cache) startBackups() {
 	w := &c.wt
-	x := &c.xfer
-	tr := &transfer{kvLayer: -1, copies: append([]Copy(nil), w.batch...)}
-	for {
-		x.next++
-		if _, used := x.byID[x.next]; x.next != 0 && !used {
-			break
-		}
-	}
-	tr.id = x.next
-	x.byID[tr.id] = tr
-	x.inFlight++
+	tr := c.xfer.add(-1)
+	tr.copies = append(tr.copies, w.batch...)
 	for i, u := range w.units {
 		st := c.units.of(u)
 		if st.pins == 0 && !gpuHeld(st) {
