@@ -145,21 +145,7 @@ func TestAsyncConcurrentStress(t *testing.T) {
 			}
 		}(w)
 	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	for running := true; running; {
-		select {
-		case <-done:
-			running = false
-		default:
-			require.NoError(t, c.checkInvariants())
-			time.Sleep(time.Millisecond)
-		}
-	}
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
+	checkWhileRunning(t, c, &wg, errs, time.Millisecond)
 	for i := 0; c.Stats().Transfers > 0; i++ {
 		require.Less(t, i, 10000, "transfers never finish")
 		select {

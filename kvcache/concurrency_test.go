@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kvtier/kvtier/layout"
 	"github.com/stretchr/testify/require"
@@ -97,6 +98,20 @@ func TestConcurrentStress(t *testing.T) {
 			}
 		}(w)
 	}
+	checkWhileRunning(t, c, &wg, errs, 0)
+	require.NoError(t, c.checkInvariants())
+	st := c.Stats()
+	require.Zero(t, st.Sequences)
+	require.Zero(t, st.Tier(GPU).Pinned)
+	require.Positive(t, events.Load())
+	require.Equal(t, int64(1), maxInSink.Load(), "event sink called concurrently")
+}
+
+// checkWhileRunning checks c's invariants over and over, pause apart,
+// until the workers of wg are done, then requires that none of them sent
+// an error on errs.
+func checkWhileRunning(t *testing.T, c *Cache, wg *sync.WaitGroup, errs chan error, pause time.Duration) {
+	t.Helper()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	for running := true; running; {
@@ -105,16 +120,11 @@ func TestConcurrentStress(t *testing.T) {
 			running = false
 		default:
 			require.NoError(t, c.checkInvariants())
+			time.Sleep(pause)
 		}
 	}
 	close(errs)
 	for err := range errs {
 		require.NoError(t, err)
 	}
-	require.NoError(t, c.checkInvariants())
-	st := c.Stats()
-	require.Zero(t, st.Sequences)
-	require.Zero(t, st.Tier(GPU).Pinned)
-	require.Positive(t, events.Load())
-	require.Equal(t, int64(1), maxInSink.Load(), "event sink called concurrently")
 }

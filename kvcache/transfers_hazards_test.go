@@ -41,6 +41,23 @@ func (e *revEngine) finish(t *testing.T, i int, err error) {
 	j.done(err)
 }
 
+// jobCache is a cache over a MemoryStore for layout l and tiers whose
+// transfers a revEngine runs when the test says; wrap, when not nil,
+// makes the engine the cache calls out of it.
+func jobCache(t *testing.T, l *layout.Layout, tiers []TierConfig, wrap func(*revEngine) TransferEngine) (*Cache, *MemoryStore, *revEngine) {
+	t.Helper()
+	store, err := NewMemoryStore(l, tiers)
+	require.NoError(t, err)
+	e := &revEngine{store: store}
+	var engine TransferEngine = e
+	if wrap != nil {
+		engine = wrap(e)
+	}
+	c, err := New(Config{Layout: l, Tiers: tiers, Engine: engine})
+	require.NoError(t, err)
+	return c, store, e
+}
+
 // drain completes every unfinished job not in skip (and those they start).
 func (e *revEngine) drain(t *testing.T, c *Cache, skip map[int]bool) {
 	t.Helper()
@@ -74,12 +91,7 @@ func concat(xs ...[]uint32) []uint32 {
 // did, and another unit moved down into it).
 func TestAsyncCopySourceOutlivesALoadOfIt(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, []int{4, 0}) // layer 0 window 4: pool 0
-	tiers := GPUAndCPU(Capacity{Units: 20}, Capacity{Units: 16})
-	store, err := NewMemoryStore(l, tiers)
-	require.NoError(t, err)
-	e := &revEngine{store: store}
-	c, err := New(Config{Layout: l, Tiers: tiers, Engine: e})
-	require.NoError(t, err)
+	c, store, e := jobCache(t, l, GPUAndCPU(Capacity{Units: 20}, Capacity{Units: 16}), nil)
 	none := map[int]bool{}
 
 	ta := seqTokens(8, 0)
@@ -181,13 +193,11 @@ func (e *goexitEngine) Start(copies []Copy, done func(error)) {
 // poisoned with an error that says why.
 func TestAsyncEngineStartGoexitPoisons(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, nil)
-	tiers := GPUAndCPU(Capacity{Units: 4}, Capacity{Units: 8})
-	store, err := NewMemoryStore(l, tiers)
-	require.NoError(t, err)
-	inner := &revEngine{store: store}
-	e := &goexitEngine{inner: inner}
-	c, err := New(Config{Layout: l, Tiers: tiers, Engine: e})
-	require.NoError(t, err)
+	var e *goexitEngine
+	c, store, inner := jobCache(t, l, GPUAndCPU(Capacity{Units: 4}, Capacity{Units: 8}), func(r *revEngine) TransferEngine {
+		e = &goexitEngine{inner: r}
+		return e
+	})
 	none := map[int]bool{}
 	p := seqTokens(8, 0)
 	a, err := c.Acquire(Request{Tokens: p})
@@ -217,19 +227,6 @@ func TestAsyncEngineStartGoexitPoisons(t *testing.T) {
 	require.Positive(t, c.Stats().Transfers, "the unstarted transfer stays in flight")
 }
 
-type exitMover struct {
-	store *MemoryStore
-	exit  bool
-}
-
-func (m *exitMover) Copy(copies []Copy) error {
-	if m.exit {
-		m.exit = false
-		runtime.Goexit()
-	}
-	return m.store.Copy(copies)
-}
-
 // TestWriteThroughMoverGoexitGivesBackupsUp: a Mover that ends the
 // goroutine while writing backups left them recorded but never written;
 // an eviction later moved a unit to its "backup" for free and a load
@@ -240,14 +237,14 @@ func TestWriteThroughMoverGoexitGivesBackupsUp(t *testing.T) {
 	tiers[1].WriteThrough = true
 	store, err := NewMemoryStore(l, tiers)
 	require.NoError(t, err)
-	m := &exitMover{store: store}
+	m := &goexitMover{inner: store}
 	c, err := New(Config{Layout: l, Tiers: tiers, Mover: m})
 	require.NoError(t, err)
 	p := seqTokens(8, 0)
 	a, err := c.Acquire(Request{Tokens: p})
 	require.NoError(t, err)
 	writeBlocks(t, c, store, a.Seq, p, 0, 2)
-	m.exit = true
+	m.armed = true
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = c.Commit(a.Seq, 8) }() // the backups' batch ends the goroutine
@@ -272,13 +269,7 @@ func TestWriteThroughMoverGoexitGivesBackupsUp(t *testing.T) {
 // detached and A's server rewrote it while B's copy still read it. It is
 // copied on write instead while a transfer reads it.
 func TestAsyncNoDetachWhileCopied(t *testing.T) {
-	l := tinyLayout(t, layout.PagedLayer, nil)
-	tiers := GPUAndCPU(Capacity{Units: 16}, Capacity{Units: 8})
-	store, err := NewMemoryStore(l, tiers)
-	require.NoError(t, err)
-	e := &revEngine{store: store}
-	c, err := New(Config{Layout: l, Tiers: tiers, Engine: e})
-	require.NoError(t, err)
+	c, store, e := jobCache(t, tinyLayout(t, layout.PagedLayer, nil), GPUAndCPU(Capacity{Units: 16}, Capacity{Units: 8}), nil)
 	none := map[int]bool{}
 	p := seqTokens(10, 0)
 	a, err := c.Acquire(Request{Tokens: p})
