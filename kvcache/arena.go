@@ -54,6 +54,10 @@ type arena struct {
 	// it received (see writethrough.go).
 	backups        int
 	backupsWritten uint64
+	// missing and corrupt count the units of loads from this arena that
+	// failed for those reasons (TierStats.Missing, Corrupt), adopted
+	// those Cache.Adopt placed here.
+	missing, corrupt, adopted uint64
 }
 
 func newArena(c *Cache, tier Tier, pool, slots int, p eviction.Policy[UnitID]) *arena {

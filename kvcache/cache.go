@@ -40,7 +40,8 @@ type Cache struct {
 	// The user's code the cache calls (callbacks.go).
 	mover     Mover
 	engine    TransferEngine
-	xfer      transfers // transfers in flight (transfers.go)
+	keyed     KeyedEngine // engine, when it is one
+	xfer      transfers   // transfers in flight (transfers.go)
 	wt        writeThrough
 	decider   Decider
 	recompute *costmodel.Recompute
@@ -90,6 +91,7 @@ func New(cfg Config) (*Cache, error) {
 	}
 	if c.engine != nil {
 		c.xfer.init()
+		c.keyed, _ = c.engine.(KeyedEngine)
 	}
 	for i, tc := range cfg.Tiers {
 		if tc.WriteThrough {

@@ -183,7 +183,7 @@ func (c *Cache) commitBlock(s *sequence, i int, parent *radix.Node[int32]) {
 		n.Value = b
 		c.units.blocks[b].node = n
 		c.st.stored++
-		c.emitBlock(BlockStored, b)
+		c.emitBlock(BlockStored, b, GPU)
 		c.queueBackups(b)
 		return
 	}

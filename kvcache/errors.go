@@ -55,6 +55,15 @@ var (
 	// a sequence's blocks committed (Fork) while a transfer still moves
 	// one of them.
 	ErrBusy = errors.New("kvcache: busy")
+	// ErrUnitMissing is what a KeyedEngine wraps when a store it reads
+	// from lacks a unit: never written there, evicted by the store, or
+	// lost with it. The cache recomputes the unit (TierStats.Missing).
+	ErrUnitMissing = errors.New("kvcache: unit missing from its store")
+	// ErrUnitCorrupt is what a KeyedEngine wraps when the bytes a store
+	// holds for a unit fail their check: a header naming another unit, a
+	// bad checksum, a short value. They are never served; the cache
+	// recomputes the unit (TierStats.Corrupt).
+	ErrUnitCorrupt = errors.New("kvcache: unit corrupt in its store")
 	// ErrInvalidCopy reports a Copy that a MemoryStore cannot perform: a bad
 	// tier, pool or slot.
 	ErrInvalidCopy = errors.New("kvcache: invalid copy")

@@ -7,8 +7,9 @@ type EventKind uint8
 
 const (
 	// BlockStored: a token block became reusable (committed to the prefix
-	// tree). Hash, ParentHash, Tokens, Namespace, LoRA and To (GPU) are
-	// set.
+	// tree, or adopted from a store by Cache.Adopt). Hash, ParentHash,
+	// Tokens, Namespace, LoRA and To (GPU, or the tier Adopt placed it
+	// on) are set.
 	BlockStored EventKind = iota + 1
 	// BlockRemoved: a block stopped being known (its node left the tree).
 	// Hash is set.
@@ -58,7 +59,7 @@ type Event struct {
 	Slice int
 	Pool  int
 	// From and To are the unit's tiers before and after a UnitMoved
-	// event; To of a stored block is GPU.
+	// event; To of a stored block is GPU, or the tier Adopt placed it on.
 	From, To Tier
 }
 
@@ -78,8 +79,9 @@ func (c *Cache) emitMove(u UnitID, from, to Tier) {
 		Namespace: keys.Namespace, LoRA: keys.LoRA, Slice: s, Pool: c.geom.poolOfSlice(s), From: from, To: to})
 }
 
-// emitBlock queues a stored or removed event for block b.
-func (c *Cache) emitBlock(kind EventKind, b int32) {
+// emitBlock queues a stored or removed event for block b; a stored
+// block's units are on tier to.
+func (c *Cache) emitBlock(kind EventKind, b int32, to Tier) {
 	if !c.events.enabled() {
 		return
 	}
@@ -92,7 +94,7 @@ func (c *Cache) emitBlock(kind EventKind, b int32) {
 	e := Event{Kind: kind, Hash: n.Hash(), ParentHash: ph, HasParent: hp, Namespace: keys.Namespace, LoRA: keys.LoRA}
 	if kind == BlockStored {
 		e.Tokens = append([]uint32(nil), n.Tokens()...)
-		e.To = GPU
+		e.To = to
 	}
 	c.events.emit(e)
 }

@@ -33,7 +33,7 @@ func (c *Cache) collect(b int32) {
 		}
 		c.meta.unmarkHollow(&c.units, b)
 		parent := r.node.Parent()
-		c.emitBlock(BlockRemoved, b)
+		c.emitBlock(BlockRemoved, b, GPU)
 		if err := c.tree.Remove(r.node); err != nil {
 			// Unreachable: the node is a live leaf of this tree.
 			return

@@ -136,7 +136,7 @@ func (c *Cache) pruneMetadata() {
 					c.freeUnit(u)
 				}
 			}
-			c.emitBlock(BlockRemoved, x)
+			c.emitBlock(BlockRemoved, x, GPU)
 			c.meta.unmarkHollow(&c.units, x)
 			c.units.release(x)
 		})

@@ -47,6 +47,14 @@ type TierStats struct {
 	// its backup is counted in Evictions and MovedIn but copied nothing.
 	Backups        int64
 	BackupsWritten uint64
+	// Missing and Corrupt count, below the GPU, the units of failed
+	// loads from this tier whose transfer reported ErrUnitMissing or
+	// ErrUnitCorrupt (see KeyedEngine): the engine reports one error
+	// per transfer, so every unit the transfer loaded from the tier is
+	// counted. The units were recomputed, never served.
+	Missing, Corrupt uint64
+	// Adopted counts the units Cache.Adopt registered on this tier.
+	Adopted uint64
 }
 
 // HitRate returns Hits / (Hits + Misses), or 0 before any lookup.
@@ -191,4 +199,7 @@ func addArena(t *TierStats, a *arena, unit int64) {
 	t.Lost += a.lost
 	t.Backups += int64(a.backups)
 	t.BackupsWritten += a.backupsWritten
+	t.Missing += a.missing
+	t.Corrupt += a.corrupt
+	t.Adopted += a.adopted
 }

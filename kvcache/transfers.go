@@ -2,6 +2,7 @@ package kvcache
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 )
@@ -339,15 +340,21 @@ func (c *Cache) start(tr *transfer) {
 // unless the engine reports it done.
 func (c *Cache) startTransfer(copies []Copy, done func(error)) {
 	returned := false
+	name := "TransferEngine.Start"
 	defer func() {
 		if r := panicValue(recover(), returned); r != nil {
 			c.xfer.broken = true
 			if c.poisoned == nil {
-				c.poisoned = fmt.Errorf("%w: %w", ErrCopyFailed, newPanicError("TransferEngine.Start", r))
+				c.poisoned = fmt.Errorf("%w: %w", ErrCopyFailed, newPanicError(name, r))
 			}
 		}
 	}()
-	c.engine.Start(copies, done)
+	if c.keyed != nil {
+		name = "KeyedEngine.StartKeyed"
+		c.keyed.StartKeyed(copies, c.unitKeys(copies), done)
+	} else {
+		c.engine.Start(copies, done)
+	}
 	returned = true
 }
 
@@ -525,6 +532,7 @@ func (c *Cache) finishLoad(tr *transfer, m move, err error) {
 	// Its copy there stays as its backup on the write-through tier.
 	c.leaveSlot(m.u, m.from, m.slot, err == nil && m.from == c.wt.tier)
 	if err != nil {
+		c.countUnreadable(m.from, m.u, err)
 		c.loadFailed(tr, m.u)
 	}
 	c.unhold(m.u)
@@ -533,10 +541,26 @@ func (c *Cache) finishLoad(tr *transfer, m move, err error) {
 // finishCopy applies the end of unit m.u's copy-on-write from m.src.
 func (c *Cache) finishCopy(tr *transfer, m move, err error) {
 	if err != nil {
+		c.countUnreadable(m.from, m.u, err)
 		c.loadFailed(tr, m.u)
 	}
 	c.unhold(m.u)
 	c.unhold(m.src)
+}
+
+// countUnreadable counts unit u, whose load from tier t failed with err,
+// when err says its store lacked it or held corrupt bytes.
+func (c *Cache) countUnreadable(t Tier, u UnitID, err error) {
+	if t == GPU {
+		return
+	}
+	a := c.tiers.arena(t, c.poolOf(u))
+	switch {
+	case errors.Is(err, ErrUnitMissing):
+		a.missing++
+	case errors.Is(err, ErrUnitCorrupt):
+		a.corrupt++
+	}
 }
 
 // loadFailed marks GPU unit u, whose bytes did not arrive, unwritten: its

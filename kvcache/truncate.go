@@ -141,7 +141,7 @@ func (c *Cache) applyTruncate(s *sequence, t *truncation) {
 	if t.length%B != 0 {
 		b := s.blocks[nb-1]
 		if t.detach {
-			c.emitBlock(BlockRemoved, b)
+			c.emitBlock(BlockRemoved, b, GPU)
 			if err := c.tree.Remove(c.units.blocks[b].node); err == nil {
 				c.st.removed++
 			}

@@ -1,0 +1,205 @@
+package kvcache
+
+import (
+	"fmt"
+
+	"github.com/kvtier/kvtier/eviction"
+	"github.com/kvtier/kvtier/radix"
+)
+
+// Adopt registers, as held on tier t, the first blocks full blocks of
+// req's prompt, bytes that a store below the GPU holds although this
+// cache did not put them there: another server wrote them to a store they
+// share, or this cache's previous process wrote them to a store that
+// survived it (a warm restart). Nothing is copied: the blocks enter the
+// prefix tree (BlockStored events, then a UnitMoved from Dropped to t per
+// unit) with their units on t, and a later Acquire or Prefetch loads them
+// through the engine like any unit on t. A unit the store turns out not to
+// have, or to hold corrupt, fails its load (ErrUnitMissing,
+// ErrUnitCorrupt) and is recomputed: Adopt trusts the caller, who asks
+// the store first (a batched lookup, off the cache's lock).
+//
+// Blocks the cache holds whole already are left as they are; a known
+// block whose units were dropped gets them back on t, unless a sequence
+// uses it or a transfer holds it, where Adopt stops. It takes free slots
+// of t and, when t is the last tier, evicts (drops) units there to make
+// room, as a move down into t would; it stops at the first block it
+// cannot place whole. It returns how many of the blocks the cache holds
+// whole afterwards, from the first (every one of them when all fit).
+//
+// Adopt returns an error wrapping ErrInvalidRequest for bad keys, ErrOutOfRange
+// when t is not a tier below the GPU or blocks is negative or more than
+// the prompt's full blocks, and ErrPolicy when a policy broke its
+// contract (nothing is then adopted).
+func (c *Cache) Adopt(req Request, blocks int, t Tier) (_ int, err error) {
+	if err := c.lock("Adopt"); err != nil {
+		return 0, err
+	}
+	defer c.unlock(&err)
+	if c.poisoned != nil {
+		return 0, c.poisoned
+	}
+	if t <= GPU || !c.tiers.valid(t) {
+		return 0, fmt.Errorf("%w: tier %d: Adopt places units on a tier below the GPU (2 to %d)", ErrOutOfRange, t, c.tiers.last())
+	}
+	B := c.geom.blockTokens
+	if full := len(req.Tokens) / B; blocks < 0 || blocks > full {
+		return 0, fmt.Errorf("%w: %d blocks to adopt, the prompt has %d full blocks", ErrOutOfRange, blocks, full)
+	}
+	keys, nodes, err := c.match(&req)
+	if err != nil {
+		return 0, err
+	}
+	plan := c.planAdoption(nodes, blocks, t)
+	if len(plan.units) == 0 {
+		return plan.blocks, nil
+	}
+	c.begin(nil)
+	c.tx.executing = true
+	c.beginPolicies()
+	for i := range plan.units {
+		pu := &plan.units[i]
+		if pu.b < 0 {
+			if i > 0 && plan.units[i-1].index == pu.index {
+				pu.b = plan.units[i-1].b
+			} else {
+				pu.b = c.newBlock(pu.index, blocks, eviction.DefaultPriority, 0)
+			}
+		}
+		u := c.units.id(pu.b, pu.slice)
+		p := c.poolOf(u)
+		s, ok, err := c.adoptSlot(t, p)
+		if err == nil && !ok {
+			// planAdoption counted the slots.
+			err = c.poison(c.tiers.arena(t, p), "Evict found no victim among %d evictable units", c.tiers.arena(t, p).evictable())
+		}
+		if err != nil {
+			return 0, c.abort(err)
+		}
+		c.tiers.arena(t, p).owner[s] = u
+		pu.u, pu.slot = u, s
+	}
+	// Nothing fails from here on: the new blocks enter the tree.
+	var parent *radix.Node[int32]
+	if len(nodes) > 0 {
+		parent = nodes[len(nodes)-1]
+	}
+	last := int32(-1)
+	for i := range plan.units {
+		pu := &plan.units[i]
+		if pu.b == last || pu.index < len(nodes) {
+			continue
+		}
+		last = pu.b
+		n, created, err := c.tree.InsertChild(parent, keys, req.Tokens[pu.index*B:(pu.index+1)*B], req.Extra)
+		if err != nil || !created {
+			// Unreachable: the parent is live, the keys and extra keys
+			// were validated by match, and no block past the match
+			// exists.
+			return 0, c.abort(c.poison(c.tiers.arena(t, c.poolOf(pu.u)), "prefix tree refused adopted block %d: %v", pu.index, err))
+		}
+		n.Value = pu.b
+		c.units.blocks[pu.b].node = n
+		c.st.stored++
+		c.emitBlock(BlockStored, pu.b, t)
+		parent = n
+	}
+	c.commit()
+	for _, pu := range plan.units {
+		a := c.tiers.arena(t, c.poolOf(pu.u))
+		c.units.place(pu.u, t, pu.slot)
+		c.place(a, pu.u, false)
+		c.gainBytes(pu.b)
+		a.adopted++
+		c.emitMove(pu.u, Dropped, t)
+	}
+	c.statsUnchanged = false
+	return plan.blocks, nil
+}
+
+// adoption is what Adopt will place: units, in block order (those of
+// blocks past the match enter the tree), and how many blocks from the
+// first will be whole once they are placed.
+type adoption struct {
+	units  []adoptedUnit
+	blocks int
+}
+
+// adoptedUnit is one unit Adopt places: slice of block b (-1 until Adopt
+// allocates a record for a block past the match), the prompt's index-th,
+// in slot of the tier.
+type adoptedUnit struct {
+	b     int32
+	index int
+	slice int
+	u     UnitID
+	slot  int32
+}
+
+// planAdoption lists the units Adopt places on tier t for the first
+// blocks blocks of a prompt that matches nodes: the dropped units of known
+// blocks that nothing uses, then every unit of the blocks past the match,
+// as long as the tier can take them whole.
+func (c *Cache) planAdoption(nodes []*radix.Node[int32], blocks int, t Tier) adoption {
+	g := c.geom
+	room := make([]int, len(g.pools))
+	for p := range g.pools {
+		a := c.tiers.arena(t, p)
+		room[p] = len(a.free)
+		if t == c.tiers.last() {
+			room[p] = a.available()
+		}
+	}
+	var plan adoption
+	for i := range blocks {
+		start := len(plan.units)
+		if i < len(nodes) {
+			b := nodes[i].Value
+			if c.whole(b) {
+				plan.blocks++
+				continue
+			}
+			r := &c.units.blocks[b]
+			if r.refs > 0 || r.pending > 0 {
+				break
+			}
+			for sl := range g.slices {
+				u := c.units.id(b, sl)
+				if st := c.units.of(u); st.tier == Dropped && st.flags == 0 && st.busy == 0 {
+					plan.units = append(plan.units, adoptedUnit{b: b, index: i, slice: sl})
+				}
+			}
+		} else {
+			for sl := range g.slices {
+				plan.units = append(plan.units, adoptedUnit{b: -1, index: i, slice: sl})
+			}
+		}
+		fits := true
+		for _, pu := range plan.units[start:] {
+			p := g.slicePool[pu.slice]
+			if room[p]--; room[p] < 0 {
+				fits = false
+			}
+		}
+		if !fits || (i < len(nodes) && len(plan.units)-start+int(c.units.blocks[nodes[i].Value].held) != g.slices) {
+			plan.units = plan.units[:start]
+			break
+		}
+		plan.blocks++
+	}
+	return plan
+}
+
+// adoptSlot returns a slot of tier t in pool p for Adopt: a free one, or,
+// on the last tier, one a victim leaves (dropped).
+func (c *Cache) adoptSlot(t Tier, p int) (int32, bool, error) {
+	if t == c.tiers.last() {
+		return c.takeSlot(t, p)
+	}
+	a := c.tiers.arena(t, p)
+	s, ok := a.pop()
+	if ok {
+		c.tx.log(undoRec{kind: undoSlot, tier: t, pool: int32(p), slot: s, u: noUnit})
+	}
+	return s, ok, nil
+}

@@ -1,0 +1,140 @@
+package kvcache
+
+import (
+	"fmt"
+
+	"github.com/kvtier/kvtier/radix"
+)
+
+// UnitKey is the identity of the bytes a Copy moves: which block and which
+// slice of it, under which keys, after which parent. A store below the CPU
+// that addresses units by content (a directory of files, a Redis shared by
+// several servers) names and checks what it holds with it: two units with
+// equal keys hold equal bytes in caches built over the same layout, model
+// and hash seed. A KeyedEngine receives one per copy.
+//
+// The slices alias the cache's prefix tree and are valid, unchanged, until
+// the transfer's done is called; an engine that keeps them longer copies
+// them.
+type UnitKey struct {
+	// Shared says whether the unit belongs to a block of the prefix tree.
+	// When it is false (a sequence's own block, not yet committed, which
+	// a sparse sequence may move down), only Unit names it: its bytes
+	// mean nothing outside this cache, and Hash, Parent, Tokens and Extra
+	// are zero.
+	Shared bool
+	// Unit is the unit's id in this cache (see UnitID).
+	Unit UnitID
+	// Hash is the block's chain hash (radix.Hasher with Config.HashSeed),
+	// which covers the keys, every token of the prefix and the extra keys.
+	Hash uint64
+	// Parent is the chain hash of the block before it; HasParent is false
+	// for a sequence's first block.
+	Parent    uint64
+	HasParent bool
+	// Depth is the block's position in its sequence, from 1.
+	Depth int
+	// Slice is the unit's slice in its block (see layout.Layout), and
+	// Pool its layout pool.
+	Slice, Pool int
+	// Keys are the namespace and LoRA the block was computed under.
+	Keys radix.Keys
+	// Tokens are the block's own tokens and Extra its extra keys (their
+	// positions count from the sequence's start).
+	Tokens []uint32
+	Extra  []radix.ExtraKey
+}
+
+// KeyedEngine is a TransferEngine that needs the identity of the units it
+// moves, as a store below the CPU does to name and check them. When
+// Config.Engine implements it, the cache calls StartKeyed instead of
+// Start, with keys[i] naming the unit copies[i] moves; the contract is
+// Start's, and keys, like copies, belong to the engine until done.
+//
+// An engine that finds a unit absent from a store (never written there,
+// evicted by the store, or lost) reports it with an error wrapping
+// ErrUnitMissing, and one whose stored bytes fail their check (a header
+// naming another unit, a bad checksum, a short value) with one wrapping
+// ErrUnitCorrupt. The cache treats both as any failed load (the units are
+// recomputed, see Cache.Poll) and counts them on the tier they were read
+// from (TierStats.Missing, TierStats.Corrupt).
+type KeyedEngine interface {
+	TransferEngine
+	StartKeyed(copies []Copy, keys []UnitKey, done func(error))
+}
+
+// unitKeys returns the identity of the unit each of copies moves, in a
+// new slice (the engine keeps it until done): the unit that owns the copy's destination slot (a load, a copy
+// or a move down fills its destination for that unit at plan time and
+// holds it until the transfer is done), or, for a copy-on-write into a
+// sequence's private block, the cached block it copies (its twin).
+func (c *Cache) unitKeys(copies []Copy) []UnitKey {
+	keys := make([]UnitKey, len(copies))
+	for i, cp := range copies {
+		keys[i] = c.unitKey(c.tiers.arena(cp.To, cp.Pool).owner[cp.ToSlot], cp.Pool)
+	}
+	return keys
+}
+
+// unitKey returns the identity of unit u of pool p.
+func (c *Cache) unitKey(u UnitID, p int) UnitKey {
+	k := UnitKey{Unit: u, Slice: c.units.slice(u), Pool: p}
+	if u == noUnit {
+		return k
+	}
+	r := c.units.rec(u)
+	n := r.node
+	if n == nil && r.twin >= 0 {
+		n = c.units.blocks[r.twin].node
+	}
+	if n == nil {
+		return k
+	}
+	k.Shared = true
+	k.Hash = n.Hash()
+	k.Parent, k.HasParent = n.ParentHash()
+	k.Depth = n.Depth()
+	k.Keys = n.Keys()
+	k.Tokens = n.Tokens()
+	k.Extra = n.Extra()
+	return k
+}
+
+// UnitKeys appends to dst the identity of every unit of the full blocks of
+// req's prompt, block by block and, in a block, slice by slice: the keys
+// under which a store below the CPU holds them. A server asks a shared
+// store which of them it holds before Adopt (tierstore.Lookup). Tokens and
+// Extra alias req's slices. It does not take the cache's lock. It returns
+// an error wrapping ErrInvalidRequest for bad extra keys.
+func (c *Cache) UnitKeys(dst []UnitKey, req Request) ([]UnitKey, error) {
+	keys := radix.Keys{Namespace: req.Namespace, LoRA: req.LoRA}
+	hashes, err := c.tree.Hasher().Hash(nil, keys, req.Tokens, req.Extra)
+	if err != nil {
+		return dst, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	B := c.geom.blockTokens
+	x := 0
+	for i, h := range hashes {
+		start := x
+		for start < len(req.Extra) && req.Extra[start].Pos < i*B {
+			start++
+		}
+		x = start
+		for x < len(req.Extra) && req.Extra[x].Pos < (i+1)*B {
+			x++
+		}
+		var extra []radix.ExtraKey
+		if x > start {
+			extra = req.Extra[start:x]
+		}
+		for sl := range c.geom.slices {
+			k := UnitKey{Shared: true, Unit: noUnit, Hash: h, Depth: i + 1, Slice: sl, Pool: int(c.geom.slicePool[sl]),
+				Keys: keys, Tokens: req.Tokens[i*B : (i+1)*B], Extra: extra}
+			if i > 0 {
+				k.Parent, k.HasParent = hashes[i-1], true
+			}
+			dst = append(dst, k)
+		}
+	}
+	return dst, nil
+}

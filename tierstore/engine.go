@@ -1,0 +1,300 @@
+package tierstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvtier/kvtier/kvcache"
+	"github.com/kvtier/kvtier/radix"
+)
+
+// EngineConfig configures an Engine.
+type EngineConfig struct {
+	// Memory holds the tiers kept in memory, the first ones (the GPU and
+	// the CPU): NewMemoryStore over the cache's layout and its first tiers.
+	Memory *kvcache.MemoryStore
+	// Stores holds the bytes of each tier below them, by tier. Every tier
+	// of a copy must be in Memory or in Stores.
+	Stores map[kvcache.Tier]Store
+	// Workers is how many transfers run at once; 0 means 4.
+	Workers int
+	// MaxBatch is the most units of one Store call; a longer run of
+	// copies to or from a store is cut into calls of MaxBatch units that
+	// run Parallel at a time. 0 means 16 (over loopback Redis, pipelines
+	// of 16 values of 1-2 MiB moved more per second than pipelines of 64).
+	MaxBatch int
+	// Parallel is how many Store calls of one transfer run at once; 0
+	// means 4.
+	Parallel int
+	// Timeout bounds each Store call; 0 means 5 seconds. A call that
+	// times out fails its transfer (the cache recomputes what it loaded,
+	// drops what it moved down).
+	Timeout time.Duration
+	// OnError, when not nil, is told every failed Store call: the tier,
+	// how many units the call carried and the error. It runs on an engine
+	// goroutine and must not block.
+	OnError func(t kvcache.Tier, units int, err error)
+}
+
+// Engine is a kvcache.KeyedEngine over memory tiers and stores: it moves a
+// cache's copies on its own goroutines, copying in memory between memory
+// tiers and calling the tier's Store for the others. Set it as the cache's
+// kvcache.Config.Engine; Close it after the cache's last transfer.
+//
+// The copies of one transfer run in their order, a run of consecutive
+// copies between the same two tiers at a time (so a slot a copy reads
+// before a later copy refills it is read first); a run to or from a store
+// is cut into batches. A sequence's first blocks need no other unit to be
+// usable, so a transfer that fails anywhere fails whole and the cache
+// recomputes what it loaded.
+//
+// A unit of a block the cache has not committed (kvcache.UnitKey.Shared is
+// false) is stored under a namespace private to this Engine, so that no
+// other cache can address it.
+type Engine struct {
+	cfg     EngineConfig
+	private string
+
+	mu     sync.Mutex
+	cond   *sync.Cond
+	queue  []job
+	closed bool
+	wg     sync.WaitGroup
+
+	calls, failures atomic.Uint64
+}
+
+type job struct {
+	copies []kvcache.Copy
+	keys   []kvcache.UnitKey
+	done   func(error)
+}
+
+// NewEngine starts an Engine's workers. It returns an error wrapping
+// ErrInvalidConfig for a nil Memory, a nil Store or negative options.
+func NewEngine(cfg EngineConfig) (*Engine, error) {
+	if cfg.Memory == nil {
+		return nil, fmt.Errorf("%w: nil Memory", ErrInvalidConfig)
+	}
+	for t, s := range cfg.Stores {
+		if s == nil {
+			return nil, fmt.Errorf("%w: nil Store for tier %d", ErrInvalidConfig, t)
+		}
+	}
+	if cfg.Workers < 0 || cfg.MaxBatch < 0 || cfg.Parallel < 0 || cfg.Timeout < 0 {
+		return nil, fmt.Errorf("%w: negative Workers %d, MaxBatch %d, Parallel %d or Timeout %v", ErrInvalidConfig, cfg.Workers, cfg.MaxBatch, cfg.Parallel, cfg.Timeout)
+	}
+	cfg.Workers = cmpOr(cfg.Workers, 4)
+	cfg.MaxBatch = cmpOr(cfg.MaxBatch, 16)
+	cfg.Parallel = cmpOr(cfg.Parallel, 4)
+	cfg.Timeout = cmpOr(cfg.Timeout, 5*time.Second)
+	var nonce [8]byte
+	_, _ = rand.Read(nonce[:])
+	e := &Engine{cfg: cfg, private: "\x00private:" + hex.EncodeToString(nonce[:])}
+	e.cond = sync.NewCond(&e.mu)
+	for range cfg.Workers {
+		e.wg.Add(1)
+		go e.work()
+	}
+	return e, nil
+}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// Start runs copies that involve no store; one that does fails with
+// ErrNoKey (a kvcache.Cache calls StartKeyed).
+func (e *Engine) Start(copies []kvcache.Copy, done func(error)) {
+	e.StartKeyed(copies, nil, done)
+}
+
+// StartKeyed queues a transfer and returns at once (see
+// kvcache.KeyedEngine). After Close it fails the transfer with ErrClosed.
+func (e *Engine) StartKeyed(copies []kvcache.Copy, keys []kvcache.UnitKey, done func(error)) {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		done(fmt.Errorf("%w: transfer of %d copies", ErrClosed, len(copies)))
+		return
+	}
+	e.queue = append(e.queue, job{copies: copies, keys: keys, done: done})
+	e.mu.Unlock()
+	e.cond.Signal()
+}
+
+// Close fails the transfers not started yet with ErrClosed and waits for
+// the running ones. It does not close the stores.
+func (e *Engine) Close() {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return
+	}
+	e.closed = true
+	pending := e.queue
+	e.queue = nil
+	e.mu.Unlock()
+	e.cond.Broadcast()
+	for _, j := range pending {
+		j.done(fmt.Errorf("%w: transfer of %d copies", ErrClosed, len(j.copies)))
+	}
+	e.wg.Wait()
+}
+
+// StoreCalls returns how many Store calls the engine made and how many of
+// them failed.
+func (e *Engine) StoreCalls() (calls, failed uint64) { return e.calls.Load(), e.failures.Load() }
+
+func (e *Engine) work() {
+	defer e.wg.Done()
+	for {
+		e.mu.Lock()
+		for len(e.queue) == 0 && !e.closed {
+			e.cond.Wait()
+		}
+		if len(e.queue) == 0 {
+			e.mu.Unlock()
+			return
+		}
+		j := e.queue[0]
+		e.queue[0] = job{}
+		e.queue = e.queue[1:]
+		e.mu.Unlock()
+		j.done(e.run(j.copies, j.keys))
+	}
+}
+
+// run performs one transfer's copies, a run of copies between the same
+// two tiers at a time.
+func (e *Engine) run(copies []kvcache.Copy, keys []kvcache.UnitKey) error {
+	for start := 0; start < len(copies); {
+		end := start + 1
+		for end < len(copies) && copies[end].From == copies[start].From && copies[end].To == copies[start].To {
+			end++
+		}
+		var ks []kvcache.UnitKey
+		if keys != nil {
+			ks = keys[start:end]
+		}
+		if err := e.runGroup(copies[start:end], ks); err != nil {
+			return err
+		}
+		start = end
+	}
+	return nil
+}
+
+// runGroup performs copies between the same two tiers.
+func (e *Engine) runGroup(copies []kvcache.Copy, keys []kvcache.UnitKey) error {
+	from, to := e.cfg.Stores[copies[0].From], e.cfg.Stores[copies[0].To]
+	if from == nil && to == nil {
+		return e.cfg.Memory.Copy(copies)
+	}
+	if keys == nil {
+		return fmt.Errorf("%w: %d copies from tier %d to tier %d", ErrNoKey, len(copies), copies[0].From, copies[0].To)
+	}
+	n := e.cfg.MaxBatch
+	if len(copies) <= n {
+		return e.batch(from, to, copies, keys)
+	}
+	var (
+		wg    sync.WaitGroup
+		sem   = make(chan struct{}, e.cfg.Parallel)
+		errMu sync.Mutex
+		first error
+	)
+	for i := 0; i < len(copies); i += n {
+		j := min(i+n, len(copies))
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := e.batch(from, to, copies[i:j], keys[i:j]); err != nil {
+				errMu.Lock()
+				if first == nil {
+					first = err
+				}
+				errMu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// batch performs copies between the same two tiers in one Store call (two
+// when both are stores).
+func (e *Engine) batch(from, to Store, copies []kvcache.Copy, keys []kvcache.UnitKey) error {
+	ks := make([]kvcache.UnitKey, len(keys))
+	for i, k := range keys {
+		ks[i] = e.keyOf(k)
+	}
+	bufs := make([][]byte, len(copies))
+	if from != nil {
+		for i, cp := range copies {
+			if to == nil {
+				bufs[i] = e.cfg.Memory.Bytes(cp.To, cp.Pool, cp.ToSlot)
+			} else {
+				bufs[i] = make([]byte, e.unitBytes(cp.Pool))
+			}
+			if bufs[i] == nil {
+				return fmt.Errorf("%w: copy to tier %d pool %d slot %d", kvcache.ErrInvalidCopy, cp.To, cp.Pool, cp.ToSlot)
+			}
+		}
+		if err := e.call(copies[0].From, len(copies), func(ctx context.Context) error { return from.Get(ctx, ks, bufs) }); err != nil {
+			return err
+		}
+	} else {
+		for i, cp := range copies {
+			bufs[i] = e.cfg.Memory.Bytes(cp.From, cp.Pool, cp.FromSlot)
+			if bufs[i] == nil {
+				return fmt.Errorf("%w: copy from tier %d pool %d slot %d", kvcache.ErrInvalidCopy, cp.From, cp.Pool, cp.FromSlot)
+			}
+		}
+	}
+	if to == nil {
+		return nil
+	}
+	return e.call(copies[0].To, len(copies), func(ctx context.Context) error { return to.Put(ctx, ks, bufs) })
+}
+
+// call runs one Store call with the engine's timeout, counting it.
+func (e *Engine) call(t kvcache.Tier, units int, f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Timeout)
+	defer cancel()
+	e.calls.Add(1)
+	err := f(ctx)
+	if err != nil {
+		e.failures.Add(1)
+		if e.cfg.OnError != nil {
+			e.cfg.OnError(t, units, err)
+		}
+	}
+	return err
+}
+
+// keyOf returns the key the stores see for k: k itself for a shared unit,
+// and for a private one a key in the engine's own namespace named by its
+// UnitID.
+func (e *Engine) keyOf(k kvcache.UnitKey) kvcache.UnitKey {
+	if k.Shared {
+		return k
+	}
+	return kvcache.UnitKey{Unit: k.Unit, Hash: uint64(k.Unit), Slice: k.Slice, Pool: k.Pool,
+		Keys: radix.Keys{Namespace: e.private}}
+}
+
+// unitBytes returns the size of a unit of pool p.
+func (e *Engine) unitBytes(p int) int {
+	return len(e.cfg.Memory.Bytes(kvcache.GPU, p, 0))
+}
