@@ -34,8 +34,10 @@ const (
 
 // Name returns the name under which a store keeps unit k of the
 // deployment fp: the fingerprint, the namespace and the LoRA (hex, "-" for
-// empty) and the block hash with the slice, separated by sep. Tenants
-// (namespaces) and deployments never share a name.
+// empty, a hash when longer than 64 bytes) and the block hash with the
+// slice, separated by sep. Deployments and tenants never share a name (but
+// for tenants with namespaces over 64 bytes whose 64-bit hashes collide,
+// whose values the header keeps apart).
 func Name(fp uint64, k kvcache.UnitKey, sep byte) string {
 	b := make([]byte, 0, 64+2*len(k.Keys.Namespace)+2*len(k.Keys.LoRA))
 	b = appendHex64(b, fp)
@@ -56,9 +58,18 @@ func appendHex64(b []byte, v uint64) []byte {
 	return hex.AppendEncode(b, x[:])
 }
 
+// maxHexPart is the longest namespace or LoRA Name spells out in hex; a
+// longer one is named by its hash ('h' and 16 hex digits), so that a name
+// stays a valid file name (255 bytes). Two long parts with equal hashes
+// share a name, never a value: the header names them in full.
+const maxHexPart = 64
+
 func appendHexString(b []byte, s string) []byte {
-	if s == "" {
+	switch {
+	case s == "":
 		return append(b, '-')
+	case len(s) > maxHexPart:
+		return appendHex64(append(b, 'h'), xxhash.Sum64String(s))
 	}
 	return hex.AppendEncode(b, []byte(s))
 }

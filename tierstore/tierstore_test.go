@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -357,4 +358,17 @@ func TestCodec(t *testing.T) {
 	require.NoError(t, tierstore.Decode(v, 7, o, dst))
 	require.NotEqual(t, tierstore.Name(7, k, ':'), tierstore.Name(7, other(func(o *kvcache.UnitKey) { o.Keys.Namespace = "" }), ':'))
 	require.NotEqual(t, tierstore.Name(7, k, ':'), tierstore.Name(8, k, ':'))
+}
+
+func TestNameOfLongKeys(t *testing.T) {
+	long := string(make([]byte, 300))
+	k := kvcache.UnitKey{Shared: true, Hash: 1, Keys: radix.Keys{Namespace: long, LoRA: long + "x"}}
+	n := tierstore.Name(1, k, '/')
+	require.Less(t, len(n), 120)
+	for _, part := range strings.Split(n, "/") {
+		require.LessOrEqual(t, len(part), 255)
+	}
+	k2 := k
+	k2.Keys.Namespace = long + "y"
+	require.NotEqual(t, n, tierstore.Name(1, k2, '/'))
 }
