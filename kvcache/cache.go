@@ -140,6 +140,7 @@ func validateConfig(cfg *Config) error {
 		}
 	}
 	names := map[string]int{}
+	wt := 0
 	for i, t := range cfg.Tiers {
 		name := tierName(t, i)
 		if j, dup := names[name]; dup {
@@ -149,8 +150,14 @@ func validateConfig(cfg *Config) error {
 		if t.Capacity == (Capacity{}) {
 			return fmt.Errorf("%w: tier %d (%s) has no capacity", ErrInvalidConfig, i+1, name)
 		}
-		if t.WriteThrough && i != 1 {
-			return fmt.Errorf("%w: tier %d (%s) has WriteThrough: only the tier right below the GPU (tier 2) may", ErrInvalidConfig, i+1, name)
+		if t.WriteThrough && i == 0 {
+			return fmt.Errorf("%w: tier 1 (%s) has WriteThrough: only a tier below the GPU may", ErrInvalidConfig, name)
+		}
+		if t.WriteThrough {
+			if wt != 0 {
+				return fmt.Errorf("%w: tiers %d and %d both have WriteThrough: at most one may", ErrInvalidConfig, wt, i+1)
+			}
+			wt = i + 1
 		}
 		if i > 0 && t.Link != (costmodel.Link{}) {
 			if err := t.Link.Validate(); err != nil {

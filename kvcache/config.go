@@ -50,19 +50,24 @@ type TierConfig struct {
 	// a load with it. The zero Link costs nothing; it is ignored for the
 	// first tier.
 	Link costmodel.Link
-	// WriteThrough, on the tier right below the GPU (and only there),
-	// fills the tier as blocks are committed: once an operation has
-	// committed a block, its units on the GPU are copied into free slots
-	// of this tier (through the Mover, or as a transfer of the Engine),
-	// off the operation's critical path. Such a copy is the unit's
-	// backup: the unit stays on the GPU, and when the GPU evicts it the
-	// move down costs no copy (the backup becomes its location); a unit
-	// loaded back from this tier keeps its copy there as a backup. A
-	// backup takes a slot like any unit (TierStats.Backups counts them,
-	// within Cached) and the tier's policy evicts it like any unit,
-	// which costs nothing but the backup. Write-through never evicts to
-	// make room for a backup: when the tier is full, the units are moved
-	// down on eviction as without it (write-back).
+	// WriteThrough, on one tier below the GPU, fills the tier as blocks
+	// are committed: once an operation has committed a block, its units
+	// on the GPU are copied into free slots of this tier (through the
+	// Mover, or as a transfer of the Engine), off the operation's
+	// critical path. Such a copy is the unit's backup: the unit stays
+	// where it is, and keeps the backup while it moves between the tiers
+	// above this one; when the tier right above evicts it, the move down
+	// costs no copy (the backup becomes its location); a unit loaded
+	// back from this tier keeps its copy there as a backup. On the tier
+	// right below the GPU it makes GPU evictions free; on a store below
+	// the CPU (a disk, a Redis shared by servers, see package tierstore)
+	// it publishes every committed block at once, so another server can
+	// load it while this one still holds it. A backup takes a slot like
+	// any unit (TierStats.Backups counts them, within Cached) and the
+	// tier's policy evicts it like any unit, which costs nothing but the
+	// backup. Write-through never evicts to make room for a backup: when
+	// the tier is full, the units are moved down on eviction as without
+	// it (write-back). At most one tier has it.
 	WriteThrough bool
 }
 

@@ -53,7 +53,8 @@
 // # Tiers and eviction
 //
 // Tiers are exclusive: a unit is on one tier or dropped (with
-// write-through, a GPU unit may also have a backup on the tier below).
+// write-through, a unit may also have a backup on the write-through tier
+// below it).
 // When an arena needs a slot its policy picks an evictable (unpinned)
 // victim, which the Decider (DefaultDecider unless Config.Decider is
 // set) either moves down to the next tier, which makes room the same way,
@@ -132,8 +133,8 @@
 // recompute, never as wrong bytes. Prefetch brings a queued request's
 // prefix up ahead of its Acquire, and Request.MaxLoadTokens caps how much
 // of one request loads at once. TierConfig.WriteThrough copies committed
-// units to the tier below the GPU early, so that evicting them later is
-// free. MoverEngine adapts a Mover that only
+// units to a tier below early, so that evicting them to it later is free
+// (and, on a shared store, so that other servers can load them at once). MoverEngine adapts a Mover that only
 // enqueues; AsyncMemoryStore is an engine over Go memory for tests and
 // simulations.
 //

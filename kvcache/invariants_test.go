@@ -165,7 +165,7 @@ func (c *Cache) checkAccounting(policies bool) error {
 			}
 			if st.backup != 0 {
 				// A backup holds a slot of the write-through tier.
-				if c.wt.tier == 0 || st.tier != GPU {
+				if c.wt.tier == 0 || !c.aboveWriteThrough(st.tier) {
 					return fmt.Errorf("unit %d on %s has a backup, write-through tier %d", u, st.tier, c.wt.tier)
 				}
 				ba := c.tiers.arena(c.wt.tier, p)

@@ -127,8 +127,9 @@ type modelConfig struct {
 	maxBlocks int
 	// cpuPinnedLiar sets chaosWorld.cpuPinnedLiar (with chaos > 0).
 	cpuPinnedLiar bool
-	// writeThrough sets TierConfig.WriteThrough on the CPU tier.
-	writeThrough bool
+	// writeThrough sets TierConfig.WriteThrough on tier 2 (the CPU), or
+	// on the tier it names when it is above 2.
+	writeThrough Tier
 	// async runs the cache with a TransferEngine (manualEngine) instead
 	// of a Mover: transfers complete in random order, some fail, and the
 	// server waits for readiness before it reads or writes a unit.
@@ -168,9 +169,13 @@ func modelConfigs() []modelConfig {
 			third: Capacity{Units: 8}, more: []Capacity{{Units: 10}}, decider: func(Victim) bool { return true }},
 		// Write-through to the CPU: committed GPU units get backups
 		// there, GPU evictions move to them for free.
-		{name: "paged-writethrough", kind: layout.PagedLayer, gpu: Capacity{Units: 30}, cpu: Capacity{Units: 24}, writeThrough: true},
+		{name: "paged-writethrough", kind: layout.PagedLayer, gpu: Capacity{Units: 30}, cpu: Capacity{Units: 24}, writeThrough: CPU},
 		{name: "bsa-3tier-writethrough", kind: layout.BSA, windows: []int{0, 8}, gpu: Capacity{Units: 60}, cpu: Capacity{Units: 20},
-			third: Capacity{Units: 30}, writeThrough: true, policy: constFactory(S3FIFOPolicy(eviction.S3FIFOConfig{}))},
+			third: Capacity{Units: 30}, writeThrough: CPU, policy: constFactory(S3FIFOPolicy(eviction.S3FIFOConfig{}))},
+		// Write-through to the tier below the CPU (a store): units on
+		// the GPU or the CPU keep a backup there.
+		{name: "paged-3tier-writethrough-below", kind: layout.PagedLayer, gpu: Capacity{Units: 30}, cpu: Capacity{Units: 10},
+			third: Capacity{Units: 24}, writeThrough: 3},
 	}
 }
 
@@ -192,7 +197,10 @@ func (mc modelConfig) tiers() []TierConfig {
 			tiers[i].Link = mc.link
 		}
 	}
-	if mc.writeThrough {
+	switch {
+	case mc.writeThrough > CPU:
+		tiers[mc.writeThrough-1].WriteThrough = true
+	case mc.writeThrough != 0:
 		tiers[1].WriteThrough = true
 	}
 	return tiers
@@ -981,7 +989,7 @@ func (h *harness) checkAll() {
 		require.Zero(h.t, ts.Pinned, "step %d: %s pins a unit between operations", h.steps, ts.Name)
 	}
 	require.Equal(h.t, h.sinkPanics, st.SinkPanics, "step %d: sink panics counted", h.steps)
-	if w := st.Tier(CPU).BackupsWritten; w > 0 {
+	if w := st.Tier(h.c.wt.tier).BackupsWritten; w > 0 {
 		h.counts["backups written"] = int(w)
 	}
 	if h.poisoned == nil {

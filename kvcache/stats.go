@@ -41,10 +41,11 @@ type TierStats struct {
 	// that would have written their slots: their bytes are unknown.
 	Lost uint64
 	// Backups is, on the write-through tier (TierConfig.WriteThrough),
-	// how many of its slots hold the backups of GPU units (counted in
-	// Cached, or in Pinned while being written), and BackupsWritten how
-	// many backups it received; a GPU eviction that moved a unit down to
-	// its backup is counted in Evictions and MovedIn but copied nothing.
+	// how many of its slots hold the backups of units on the tiers above
+	// (counted in Cached, or in Pinned while being written), and
+	// BackupsWritten how many backups it received; an eviction that
+	// moved a unit down to its backup is counted in Evictions and
+	// MovedIn but copied nothing.
 	Backups        int64
 	BackupsWritten uint64
 	// Missing and Corrupt count, below the GPU, the units of failed

@@ -574,7 +574,7 @@ func (c *Cache) takeSlot(t Tier, p int) (slot int32, ok bool, err error) {
 	tx.log(undoRec{kind: undoSlot, tier: t, pool: int32(p), slot: s, u: v})
 	to := int32(-1)
 	moved := t < c.tiers.last() && c.shouldMove(v, t, p)
-	if st := c.units.of(v); moved && t == GPU && c.hasBackup(st) {
+	if st := c.units.of(v); moved && t+1 == c.wt.tier && c.hasBackup(st) {
 		// Written through already: the backup becomes its location at
 		// commit. Pinned there meanwhile, so that the tier's policy
 		// does not evict it in the same operation.
@@ -632,15 +632,15 @@ func (c *Cache) isVictim(a *arena, v UnitID) bool {
 }
 
 // isBackupVictim reports whether v, returned by the Evict of a's policy,
-// is the backup of a live GPU unit in a's tier and pool (see
-// writethrough.go), and returns its slot.
+// is the backup of a live unit of a tier above (see writethrough.go) in
+// a's tier and pool, and returns its slot.
 func (c *Cache) isBackupVictim(a *arena, v UnitID) (int32, bool) {
 	if a.tier != c.wt.tier || a.tier == GPU || !c.units.current(v, c.geom.slices) || c.poolOf(v) != a.pool {
 		return 0, false
 	}
 	st := c.units.of(v)
 	s := st.backup - 1
-	if st.tier != GPU || !c.hasBackup(st) || a.owner[s] != v || a.txPinned[s] {
+	if !c.aboveWriteThrough(st.tier) || !c.hasBackup(st) || a.owner[s] != v || a.txPinned[s] {
 		return 0, false
 	}
 	return s, true
@@ -849,6 +849,10 @@ func (c *Cache) commit() {
 			} else {
 				a.remove(n.u, true)
 				a.push(s)
+			}
+			if n.act == actRecompute {
+				// Rewritten: a backup below holds the old bytes.
+				c.voidBackup(n.u)
 			}
 			if n.act == actOnboard {
 				c.st.onboards++

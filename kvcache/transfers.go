@@ -516,7 +516,7 @@ func (c *Cache) leaveSlot(u UnitID, t Tier, s int32, backup bool) {
 func (c *Cache) freeLeft(u UnitID, l leftSlot) {
 	a := c.tiers.arena(l.tier, c.poolOf(u))
 	st := c.units.of(u)
-	if l.backup && st.tier == GPU && st.backup == 0 && st.flags&unitUnwritten == 0 && c.units.rec(u).node != nil {
+	if l.backup && c.aboveWriteThrough(st.tier) && st.backup == 0 && st.flags&unitUnwritten == 0 && c.units.rec(u).node != nil {
 		// (A block a truncation detached meanwhile is rewritten.)
 		a.unpin(u)
 		a.backups++

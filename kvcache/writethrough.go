@@ -1,22 +1,23 @@
 package kvcache
 
 // Write-through (TierConfig.WriteThrough) gives committed GPU units a
-// backup on the tier right below the GPU, the write-through tier, as soon
-// as it has free slots. Tiers stay exclusive for everything but backups:
-// a unit's location is one tier (or Dropped), and a GPU unit may in
-// addition hold one slot of the write-through tier (unitState.backup),
-// tracked by that tier's policy under the unit's id like a unit of its
-// own. The backup is used twice:
+// backup on one tier below the GPU, the write-through tier, as soon as it
+// has free slots. Tiers stay exclusive for everything but backups: a
+// unit's location is one tier (or Dropped), and a unit on a tier above the
+// write-through tier may in addition hold one slot of it
+// (unitState.backup), tracked by that tier's policy under the unit's id
+// like a unit of its own. A unit keeps its backup while it moves between
+// the tiers above (the bytes are the same). The backup is used twice:
 //
-//   - when the GPU evicts the unit and the Decider moves it down, the move
-//     is free: the backup becomes its location (no copy, no bytes moved,
-//     counted as an offload);
+//   - when the tier right above the write-through tier evicts the unit
+//     and the Decider moves it down, the move is free: the backup becomes
+//     its location (no copy, no bytes moved, counted as an offload);
 //   - when a unit is loaded back from the write-through tier, its copy
 //     there stays as its backup.
 //
-// A backup is given up when the unit leaves the GPU otherwise (dropped,
-// freed) and when the write-through tier's policy evicts it (which costs
-// nothing: the GPU has the bytes). It is written after the operation that
+// A backup is given up when the unit is dropped, freed or recomputed
+// (its bytes rewritten) and when the write-through tier's policy evicts
+// it (which costs nothing: a tier above has the bytes). It is written after the operation that
 // committed the block, at unlock (writeThroughQueued), never evicting for
 // room; a failed or panicking copy gives the backups up, counts them in
 // the tier's TierStats.Failed, and fails nothing else.
@@ -39,6 +40,10 @@ func (c *Cache) queueBackups(b int32) {
 		c.wt.queue = append(c.wt.queue, b)
 	}
 }
+
+// aboveWriteThrough reports whether a unit on tier t may have a backup: t
+// is a tier above the write-through tier.
+func (c *Cache) aboveWriteThrough(t Tier) bool { return t != Dropped && t < c.wt.tier }
 
 // hasBackup reports whether st has a backup that holds its bytes.
 func (c *Cache) hasBackup(st *unitState) bool {
@@ -162,7 +167,7 @@ func (c *Cache) startBackups() {
 func (c *Cache) finishBackup(m move, err error) {
 	st := c.units.of(m.u)
 	a := c.tiers.arena(c.wt.tier, c.poolOf(m.u))
-	if err != nil || st.tier != GPU || st.flags&(unitUnwritten|unitBackupVoid) != 0 {
+	if err != nil || !c.aboveWriteThrough(st.tier) || st.flags&(unitUnwritten|unitBackupVoid) != 0 {
 		if err != nil {
 			a.failed++
 		}

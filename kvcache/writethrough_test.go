@@ -91,13 +91,25 @@ func TestWriteThrough(t *testing.T) {
 	}
 }
 
-func TestWriteThroughOnlyBelowTheGPU(t *testing.T) {
+func TestWriteThroughOnOneTierBelowTheGPU(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, nil)
-	for _, i := range []int{0, 2} {
-		tiers := append(GPUAndCPU(Capacity{Units: 4}, Capacity{Units: 8}), TierConfig{Name: "disk", Capacity: Capacity{Units: 8}})
+	three := func() []TierConfig {
+		return append(GPUAndCPU(Capacity{Units: 4}, Capacity{Units: 8}), TierConfig{Name: "disk", Capacity: Capacity{Units: 8}})
+	}
+	tiers := three()
+	tiers[0].WriteThrough = true
+	_, err := New(Config{Layout: l, Tiers: tiers})
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	require.ErrorContains(t, err, "GPU")
+	tiers = three()
+	tiers[1].WriteThrough, tiers[2].WriteThrough = true, true
+	_, err = New(Config{Layout: l, Tiers: tiers})
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	require.ErrorContains(t, err, "tiers 2 and 3")
+	for _, i := range []int{1, 2} {
+		tiers = three()
 		tiers[i].WriteThrough = true
-		_, err := New(Config{Layout: l, Tiers: tiers})
-		require.ErrorIs(t, err, ErrInvalidConfig)
-		require.ErrorContains(t, err, tiers[i].Name)
+		_, err = New(Config{Layout: l, Tiers: tiers})
+		require.NoError(t, err)
 	}
 }

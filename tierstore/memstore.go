@@ -115,3 +115,10 @@ func (m *MemStore) Set(k kvcache.UnitKey, v []byte) {
 	defer m.mu.Unlock()
 	m.values[Name(m.fp, k, ':')] = v
 }
+
+// Delete removes unit k, as a store's own eviction does.
+func (m *MemStore) Delete(k kvcache.UnitKey) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.values, Name(m.fp, k, ':'))
+}

@@ -9,166 +9,73 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/kvtier/kvtier/kvcache"
-	"github.com/kvtier/kvtier/layout"
 	"github.com/kvtier/kvtier/radix"
 	"github.com/kvtier/kvtier/tierstore"
+	"github.com/kvtier/kvtier/tierstore/storetest"
 	"github.com/stretchr/testify/require"
 )
 
-const blockTokens = 4
-
-func tinyLayout(t testing.TB) *layout.Layout {
-	t.Helper()
-	l, err := layout.New(layout.Model{Name: "tiny", Layers: 2, QueryHeads: 4, KVHeads: 2, HeadDim: 2, ElemBytes: 1}, layout.PagedLayer, blockTokens)
-	require.NoError(t, err)
-	return l
-}
-
-// server is one cache with its engine over its own memory and a shared
-// store as tier 3.
-type server struct {
-	c   *kvcache.Cache
-	e   *tierstore.Engine
-	mem *kvcache.MemoryStore
-}
-
-func newServer(t testing.TB, store tierstore.Store, gpu, cpu, shared int64) *server {
-	t.Helper()
-	l := tinyLayout(t)
-	tiers := []kvcache.TierConfig{{Capacity: kvcache.Capacity{Units: gpu}}, {Capacity: kvcache.Capacity{Units: cpu}},
-		{Name: "shared", Capacity: kvcache.Capacity{Units: shared}}}
-	mem, err := kvcache.NewMemoryStore(l, tiers[:2])
-	require.NoError(t, err)
-	e, err := tierstore.NewEngine(tierstore.EngineConfig{Memory: mem, Stores: map[kvcache.Tier]tierstore.Store{3: store}, Timeout: 2 * time.Second})
-	require.NoError(t, err)
-	t.Cleanup(e.Close)
-	c, err := kvcache.New(kvcache.Config{Layout: l, Tiers: tiers, Engine: e, HashSeed: 11})
-	require.NoError(t, err)
-	return &server{c: c, e: e, mem: mem}
-}
-
-// content is the byte at offset o of slice sl of the block with chain hash
-// h: what any server computes for that block.
-func content(h uint64, sl, o int) byte { return byte(h>>(8*(o%8))) ^ byte(sl*7+o) }
-
-// serve runs req on s as a server would: adopt what the store holds, acquire,
-// wait for the loads, compute what the plan and the failed loads say,
-// check every block's bytes, commit and release. It returns the plan.
-func (s *server) serve(t testing.TB, store tierstore.Store, req kvcache.Request) kvcache.Plan {
-	t.Helper()
-	ctx := context.Background()
-	if store != nil {
-		_, _ = tierstore.Lookup(ctx, store, s.c, req, 3)
-	}
-	plan, err := s.c.Acquire(req)
-	require.NoError(t, err)
-	keys, err := s.c.UnitKeys(nil, req)
-	require.NoError(t, err)
-	slices := s.c.Layout().UnitsPerBlock()
-	write := func(r kvcache.TokenRange) {
-		for sl := range slices {
-			table, err := s.c.BlockTable(nil, plan.Seq, sl)
-			require.NoError(t, err)
-			for i := r.Start / blockTokens; i < (r.End+blockTokens-1)/blockTokens; i++ {
-				buf := s.mem.Bytes(kvcache.GPU, s.c.SlicePool(sl), table[i])
-				for o := range buf {
-					buf[o] = content(keys[i*slices+sl].Hash, sl, o)
-				}
-			}
-		}
-	}
-	// A fresh unit's slot may still be read by its victim's move down:
-	// the server writes nothing before the sequence is ready.
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	redo, err := s.c.WaitReady(wctx, plan.Seq, -1)
-	require.NoError(t, err)
-	for _, r := range append(plan.Compute, redo...) {
-		write(r)
-	}
-	for sl := range slices {
-		table, err := s.c.BlockTable(nil, plan.Seq, sl)
-		require.NoError(t, err)
-		for i := range len(req.Tokens) / blockTokens {
-			buf := s.mem.Bytes(kvcache.GPU, s.c.SlicePool(sl), table[i])
-			for o := range buf {
-				if buf[o] != content(keys[i*slices+sl].Hash, sl, o) {
-					t.Fatalf("block %d slice %d byte %d served wrong: %d, want %d", i, sl, o, buf[o], content(keys[i*slices+sl].Hash, sl, o))
-				}
-			}
-		}
-	}
-	require.NoError(t, s.c.Commit(plan.Seq, len(req.Tokens)))
-	require.NoError(t, s.c.Release(plan.Seq))
-	return plan
-}
-
-// drain waits until s has no transfer in flight.
-func (s *server) drain(t testing.TB) {
-	t.Helper()
-	for range 2000 {
-		if _, err := s.c.Poll(); err != nil {
-			t.Fatal(err)
-		}
-		if s.c.Stats().Transfers == 0 {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatal("transfers never drain")
-}
-
-func tokens(n int, base uint32) []uint32 {
-	out := make([]uint32, n)
-	for i := range out {
-		out[i] = base + uint32(i)
-	}
-	return out
-}
-
-// pushDown serves filler prompts on s until its CPU's units have moved
-// down to tier 3.
-func (s *server) pushDown(t testing.TB, n int, base uint32) {
-	for i := range n {
-		s.serve(t, nil, kvcache.Request{Tokens: tokens(16, base+uint32(i)*1000)})
-		s.drain(t)
-	}
-}
-
 func TestTwoServersShareAPrefixThroughAStore(t *testing.T) {
-	fp := tierstore.Fingerprint("tiny", tinyLayout(t), 11)
+	fp := storetest.Fingerprint(t)
 	store := tierstore.NewMemStore(fp)
-	a := newServer(t, store, 8, 8, 64)
-	prompt := kvcache.Request{Tokens: tokens(16, 1)}
-	a.serve(t, store, prompt)
-	a.pushDown(t, 2, 100000)
-	require.Equal(t, uint64(8), a.c.Stats().Tier(3).MovedIn)
+	a := storetest.NewServer(t, storetest.Config{Store: store, GPU: 8, CPU: 8, Shared: 64})
+	prompt := kvcache.Request{Tokens: storetest.Tokens(16, 1)}
+	a.Serve(t, prompt)
+	a.PushDown(t, 2, 100000)
+	require.Equal(t, uint64(8), a.Cache.Stats().Tier(3).MovedIn)
 	require.GreaterOrEqual(t, store.Len(), 8)
 
-	b := newServer(t, store, 8, 8, 64)
-	plan := b.serve(t, store, prompt)
+	b := storetest.NewServer(t, storetest.Config{Store: store, GPU: 8, CPU: 8, Shared: 64})
+	plan := b.Serve(t, prompt)
 	require.Equal(t, 16, plan.ReusedTokens, "the second server loads the first one's prefix")
-	st := b.c.Stats()
+	st := b.Cache.Stats()
 	require.Equal(t, uint64(8), st.Tier(3).Adopted)
 	require.Zero(t, st.Tier(3).Missing+st.Tier(3).Corrupt)
 	require.Equal(t, uint64(8), st.Onboards)
 
 	// Another namespace reuses nothing.
-	plan = b.serve(t, store, kvcache.Request{Tokens: prompt.Tokens, Namespace: "tenant-b"})
+	plan = b.Serve(t, kvcache.Request{Tokens: prompt.Tokens, Namespace: "tenant-b"})
 	require.Zero(t, plan.ReusedTokens)
 }
 
-func TestCorruptAndCollidingValuesAreNeverServed(t *testing.T) {
-	fp := tierstore.Fingerprint("tiny", tinyLayout(t), 11)
+// TestWriteThroughPublishesAtOnce: with write-through to the shared tier,
+// a committed prefix is in the store as soon as the server's transfers
+// are done, while it still holds it on its GPU; another server loads it.
+func TestWriteThroughPublishesAtOnce(t *testing.T) {
+	fp := storetest.Fingerprint(t)
 	store := tierstore.NewMemStore(fp)
-	a := newServer(t, store, 8, 8, 64)
-	prompt := kvcache.Request{Tokens: tokens(16, 1)}
-	a.serve(t, store, prompt)
-	a.pushDown(t, 2, 100000)
-	keys, err := a.c.UnitKeys(nil, prompt)
+	a := storetest.NewServer(t, storetest.Config{Store: store, GPU: 16, CPU: 8, Shared: 64, WriteThrough: true})
+	prompt := kvcache.Request{Tokens: storetest.Tokens(16, 1)}
+	a.Serve(t, prompt)
+	a.Drain(t)
+	st := a.Cache.Stats()
+	require.Equal(t, int64(8), st.Tier(kvcache.GPU).Cached, "the prefix stays on the GPU")
+	require.Equal(t, uint64(8), st.Tier(3).BackupsWritten)
+	require.Equal(t, 8, store.Len())
+
+	b := storetest.NewServer(t, storetest.Config{Store: store, GPU: 16, CPU: 8, Shared: 64})
+	plan := b.Serve(t, prompt)
+	require.Equal(t, 16, plan.ReusedTokens)
+	require.Equal(t, uint64(8), b.Cache.Stats().Onboards)
+
+	// a evicts the prefix: its moves down to the backups cost no copy.
+	a.PushDown(t, 3, 100000)
+	st = a.Cache.Stats()
+	require.Zero(t, st.Tier(3).Failed)
+	plan = a.Serve(t, prompt)
+	require.Equal(t, 16, plan.ReusedTokens)
+}
+
+func TestCorruptAndCollidingValuesAreNeverServed(t *testing.T) {
+	fp := storetest.Fingerprint(t)
+	store := tierstore.NewMemStore(fp)
+	a := storetest.NewServer(t, storetest.Config{Store: store, GPU: 8, CPU: 8, Shared: 64})
+	prompt := kvcache.Request{Tokens: storetest.Tokens(16, 1)}
+	a.Serve(t, prompt)
+	a.PushDown(t, 2, 100000)
+	keys, err := a.Cache.UnitKeys(nil, prompt)
 	require.NoError(t, err)
 	// Block 1 slice 0: one payload byte flipped. Block 2 slice 1: the
 	// value of a block with other tokens under the same hash (a forced
@@ -178,18 +85,18 @@ func TestCorruptAndCollidingValuesAreNeverServed(t *testing.T) {
 	v[len(v)-9] ^= 1
 	forged := keys[5]
 	forged.Tokens = []uint32{9, 9, 9, 9}
-	store.Set(keys[5], tierstore.Encode(nil, fp, forged, make([]byte, len(a.mem.Bytes(kvcache.GPU, 0, 0)))))
+	store.Set(keys[5], tierstore.Encode(nil, fp, forged, make([]byte, len(a.Memory.Bytes(kvcache.GPU, 0, 0)))))
 
-	b := newServer(t, store, 8, 8, 64)
-	plan := b.serve(t, store, prompt) // checks every byte
+	b := storetest.NewServer(t, storetest.Config{Store: store, GPU: 8, CPU: 8, Shared: 64})
+	plan := b.Serve(t, prompt) // checks every byte
 	require.Equal(t, 16, plan.ReusedTokens)
-	st := b.c.Stats().Tier(3)
+	st := b.Cache.Stats().Tier(3)
 	require.Positive(t, st.Corrupt)
-	require.Positive(t, b.c.Stats().Tier(1).Failed)
+	require.Positive(t, b.Cache.Stats().Tier(1).Failed)
 }
 
 func TestStoreDownThenBack(t *testing.T) {
-	fp := tierstore.Fingerprint("tiny", tinyLayout(t), 11)
+	fp := storetest.Fingerprint(t)
 	store := tierstore.NewMemStore(fp)
 	var down atomic.Bool
 	store.Fail = func(string, []kvcache.UnitKey) error {
@@ -198,28 +105,28 @@ func TestStoreDownThenBack(t *testing.T) {
 		}
 		return nil
 	}
-	a := newServer(t, store, 8, 8, 64)
-	prompt := kvcache.Request{Tokens: tokens(16, 1)}
-	a.serve(t, store, prompt)
-	a.pushDown(t, 2, 100000)
-	b := newServer(t, store, 8, 8, 64)
-	_, err := tierstore.Lookup(context.Background(), store, b.c, prompt, 3)
+	a := storetest.NewServer(t, storetest.Config{Store: store, GPU: 8, CPU: 8, Shared: 64})
+	prompt := kvcache.Request{Tokens: storetest.Tokens(16, 1)}
+	a.Serve(t, prompt)
+	a.PushDown(t, 2, 100000)
+	b := storetest.NewServer(t, storetest.Config{Store: store, GPU: 8, CPU: 8, Shared: 64})
+	_, err := tierstore.Lookup(context.Background(), store, b.Cache, prompt, 3)
 	require.NoError(t, err)
 	down.Store(true)
-	plan := b.serve(t, store, prompt) // the loads fail: recomputed, checked
+	plan := b.Serve(t, prompt) // the loads fail: recomputed, checked
 	require.Equal(t, 16, plan.ReusedTokens)
-	require.Equal(t, uint64(8), b.c.Stats().Tier(1).Failed)
-	calls, failed := b.e.StoreCalls()
+	require.Equal(t, uint64(8), b.Cache.Stats().Tier(1).Failed)
+	calls, failed := b.Engine.StoreCalls()
 	require.Positive(t, failed)
 	require.GreaterOrEqual(t, calls, failed)
-	_, err = tierstore.Lookup(context.Background(), store, b.c, kvcache.Request{Tokens: tokens(16, 5)}, 3)
+	_, err = tierstore.Lookup(context.Background(), store, b.Cache, kvcache.Request{Tokens: storetest.Tokens(16, 5)}, 3)
 	require.ErrorIs(t, err, tierstore.ErrUnavailable)
 
 	down.Store(false)
-	c := newServer(t, store, 8, 8, 64)
-	plan = c.serve(t, store, prompt)
+	c := storetest.NewServer(t, storetest.Config{Store: store, GPU: 8, CPU: 8, Shared: 64})
+	plan = c.Serve(t, prompt)
 	require.Equal(t, 16, plan.ReusedTokens)
-	require.Zero(t, c.c.Stats().Tier(1).Failed, "the store back, loads succeed without a restart")
+	require.Zero(t, c.Cache.Stats().Tier(1).Failed, "the store back, loads succeed without a restart")
 }
 
 // TestRandomServersSharingAFlakyStore runs servers over one store that
@@ -233,7 +140,7 @@ func TestRandomServersSharingAFlakyStore(t *testing.T) {
 	for seed := range uint64(3) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 1))
-			fp := tierstore.Fingerprint("tiny", tinyLayout(t), 11)
+			fp := storetest.Fingerprint(t)
 			store := tierstore.NewMemStore(fp)
 			// The store fails on the engines' goroutines, with its own
 			// generator.
@@ -248,43 +155,52 @@ func TestRandomServersSharingAFlakyStore(t *testing.T) {
 				if failRng.Float64() < failRate {
 					return fmt.Errorf("injected %s failure", op)
 				}
+				if op == "get" && failRng.IntN(20) == 0 {
+					// The store evicts a unit between the lookup and
+					// the load.
+					store.Delete(keys[failRng.IntN(len(keys))])
+				}
 				return nil
 			}
-			servers := []*server{newServer(t, store, 12, 8, 24), newServer(t, store, 12, 8, 24)}
+			servers := []*storetest.Server{storetest.NewServer(t, storetest.Config{Store: store, GPU: 12, CPU: 8, Shared: 24, WriteThrough: true}), storetest.NewServer(t, storetest.Config{Store: store, GPU: 12, CPU: 8, Shared: 24})}
 			for step := range steps {
 				failMu.Lock()
 				failRate = []float64{0, 0, 0.1, 0.5}[rng.IntN(4)]
 				failMu.Unlock()
 				s := servers[rng.IntN(len(servers))]
 				prefix := uint32(rng.IntN(6)) * 1000
-				n := (1 + rng.IntN(4)) * blockTokens
-				req := kvcache.Request{Tokens: append(tokens(8, prefix), tokens(n, prefix+500+uint32(rng.IntN(3))*50)...)}
+				n := (1 + rng.IntN(4)) * storetest.BlockTokens
+				req := kvcache.Request{Tokens: append(storetest.Tokens(8, prefix), storetest.Tokens(n, prefix+500+uint32(rng.IntN(3))*50)...)}
 				if rng.IntN(5) == 0 {
 					req.Namespace = "other"
 				}
 				if rng.IntN(10) == 0 {
 					// Damage or drop a random stored unit of the request.
-					keys, err := s.c.UnitKeys(nil, req)
+					keys, err := s.Cache.UnitKeys(nil, req)
 					require.NoError(t, err)
 					k := keys[rng.IntN(len(keys))]
 					if v := store.Value(k); v != nil {
 						v = append([]byte(nil), v...)
-						if rng.IntN(2) == 0 {
+						if rng.IntN(3) == 0 {
+							store.Delete(k)
+						} else if rng.IntN(2) == 0 {
 							v[rng.IntN(len(v))] ^= byte(1 + rng.IntN(255))
 						} else {
 							v = v[:rng.IntN(len(v))]
 						}
-						store.Set(k, v)
+						if store.Value(k) != nil {
+							store.Set(k, v)
+						}
 					}
 				}
-				s.serve(t, store, req)
+				s.Serve(t, req)
 				if step%10 == 0 {
-					s.drain(t)
+					s.Drain(t)
 				}
 			}
 			for _, s := range servers {
-				s.drain(t)
-				st := s.c.Stats()
+				s.Drain(t)
+				st := s.Cache.Stats()
 				t.Logf("adopted %d onboards %d failed loads %d corrupt %d missing %d", st.Tier(3).Adopted, st.Onboards, st.Tier(1).Failed, st.Tier(3).Corrupt, st.Tier(3).Missing)
 			}
 		})
@@ -294,7 +210,7 @@ func TestRandomServersSharingAFlakyStore(t *testing.T) {
 func TestEngineConfigAndClose(t *testing.T) {
 	_, err := tierstore.NewEngine(tierstore.EngineConfig{})
 	require.ErrorIs(t, err, tierstore.ErrInvalidConfig)
-	l := tinyLayout(t)
+	l := storetest.Layout(t)
 	mem, err := kvcache.NewMemoryStore(l, kvcache.GPUAndCPU(kvcache.Capacity{Units: 4}, kvcache.Capacity{Units: 4}))
 	require.NoError(t, err)
 	_, err = tierstore.NewEngine(tierstore.EngineConfig{Memory: mem, Stores: map[kvcache.Tier]tierstore.Store{3: nil}})
@@ -371,4 +287,15 @@ func TestNameOfLongKeys(t *testing.T) {
 	k2 := k
 	k2.Keys.Namespace = long + "y"
 	require.NotEqual(t, n, tierstore.Name(1, k2, '/'))
+}
+
+func TestMemStoreConformance(t *testing.T) {
+	stores := map[uint64]*tierstore.MemStore{}
+	storetest.TestStore(t, func(t *testing.T, fp uint64) tierstore.Store {
+		if s, ok := stores[fp]; ok {
+			return s
+		}
+		stores[fp] = tierstore.NewMemStore(fp)
+		return stores[fp]
+	})
 }

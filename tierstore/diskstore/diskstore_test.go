@@ -18,6 +18,7 @@ import (
 	"github.com/kvtier/kvtier/radix"
 	"github.com/kvtier/kvtier/tierstore"
 	"github.com/kvtier/kvtier/tierstore/diskstore"
+	"github.com/kvtier/kvtier/tierstore/storetest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -751,4 +752,14 @@ func TestLongNamespaceSurvivesRestart(t *testing.T) {
 	dst := make([]byte, 4)
 	require.NoError(t, s.Get(context.Background(), []kvcache.UnitKey{k}, [][]byte{dst}))
 	require.Equal(t, "abcd", string(dst))
+}
+
+func TestConformance(t *testing.T) {
+	dir := t.TempDir()
+	storetest.TestStore(t, func(t *testing.T, fp uint64) tierstore.Store {
+		s, err := diskstore.Open(diskstore.Options{Dir: dir, Fingerprint: fp, MaxBytes: 64 << 20})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	})
 }

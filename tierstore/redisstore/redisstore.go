@@ -1,0 +1,167 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kvtier/kvtier/kvcache"
+	"github.com/kvtier/kvtier/tierstore"
+	"github.com/redis/go-redis/v9"
+)
+
+// Options configures a Store.
+type Options struct {
+	// Addrs are the server's address (host:port), or with Cluster the
+	// addresses of some of the cluster's nodes. At least one.
+	Addrs []string
+	// Cluster says that Addrs are nodes of a Redis Cluster.
+	Cluster bool
+	// Username and Password authenticate (Redis 6 ACL, or the legacy
+	// requirepass with Password alone); empty means none.
+	Username, Password string
+	// TLS, when not nil, makes every connection use TLS with this
+	// configuration.
+	TLS *tls.Config
+	// Fingerprint names the deployment (tierstore.Fingerprint).
+	Fingerprint uint64
+	// Prefix starts every key; empty means "kvt".
+	Prefix string
+	// TTL, when positive, makes Redis forget a unit that long after it
+	// was written; 0 leaves eviction to maxmemory.
+	TTL time.Duration
+	// PoolSize is the connections per server; 0 means the client's
+	// default (10 per CPU).
+	PoolSize int
+	// DialTimeout bounds connecting; 0 means 2 seconds. Reads and writes
+	// are bounded by the context of each call (tierstore.Engine's
+	// Timeout).
+	DialTimeout time.Duration
+}
+
+// Store is a tierstore.Store on Redis (see the package documentation). It
+// is safe for concurrent use.
+type Store struct {
+	client redis.UniversalClient
+	fp     uint64
+	prefix string
+	ttl    time.Duration
+}
+
+var _ tierstore.Store = (*Store)(nil)
+
+// Open returns a Store over the servers of opts. It does not connect:
+// the first call does, and a server that is down then makes calls fail
+// until it is up. It returns an error wrapping tierstore.ErrInvalidConfig
+// for no address, a negative TTL, PoolSize or DialTimeout.
+func Open(opts Options) (*Store, error) {
+	if len(opts.Addrs) == 0 {
+		return nil, fmt.Errorf("%w: redisstore: no address", tierstore.ErrInvalidConfig)
+	}
+	if opts.TTL < 0 || opts.PoolSize < 0 || opts.DialTimeout < 0 {
+		return nil, fmt.Errorf("%w: redisstore: negative TTL %v, PoolSize %d or DialTimeout %v", tierstore.ErrInvalidConfig, opts.TTL, opts.PoolSize, opts.DialTimeout)
+	}
+	if !opts.Cluster && len(opts.Addrs) > 1 {
+		return nil, fmt.Errorf("%w: redisstore: %d addresses without Cluster", tierstore.ErrInvalidConfig, len(opts.Addrs))
+	}
+	dial := opts.DialTimeout
+	if dial == 0 {
+		dial = 2 * time.Second
+	}
+	prefix := opts.Prefix
+	if prefix == "" {
+		prefix = "kvt"
+	}
+	uo := &redis.UniversalOptions{
+		Addrs:         opts.Addrs,
+		IsClusterMode: opts.Cluster,
+		Username:      opts.Username,
+		Password:      opts.Password,
+		TLSConfig:     opts.TLS,
+		PoolSize:      opts.PoolSize,
+		DialTimeout:   dial,
+		// The context of each call bounds it (the engine's timeout).
+		ContextTimeoutEnabled: true,
+		// A failed call fails its transfer, which the cache compensates
+		// (recompute, or drop): retrying would only hold the transfer.
+		MaxRetries: -1,
+	}
+	return &Store{client: redis.NewUniversalClient(uo), fp: opts.Fingerprint, prefix: prefix, ttl: opts.TTL}, nil
+}
+
+// Key returns the Redis key of unit k.
+func (s *Store) Key(k kvcache.UnitKey) string {
+	return s.prefix + ":" + tierstore.Name(s.fp, k, ':')
+}
+
+// Put implements tierstore.Store: one pipeline of SETs.
+func (s *Store) Put(ctx context.Context, keys []kvcache.UnitKey, values [][]byte) error {
+	if len(keys) != len(values) {
+		return fmt.Errorf("%w: redisstore: %d keys, %d values", kvcache.ErrInvalidCopy, len(keys), len(values))
+	}
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			p.Set(ctx, s.Key(k), tierstore.Encode(nil, s.fp, k, values[i]), s.ttl)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w: redisstore: SET of %d units: %w", tierstore.ErrUnavailable, len(keys), err)
+	}
+	return nil
+}
+
+// Get implements tierstore.Store: one pipeline of GETs.
+func (s *Store) Get(ctx context.Context, keys []kvcache.UnitKey, dst [][]byte) error {
+	if len(keys) != len(dst) {
+		return fmt.Errorf("%w: redisstore: %d keys, %d buffers", kvcache.ErrInvalidCopy, len(keys), len(dst))
+	}
+	cmds := make([]*redis.StringCmd, len(keys))
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			cmds[i] = p.Get(ctx, s.Key(k))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("%w: redisstore: GET of %d units: %w", tierstore.ErrUnavailable, len(keys), err)
+	}
+	for i, cmd := range cmds {
+		v, err := cmd.Bytes()
+		switch {
+		case errors.Is(err, redis.Nil):
+			return fmt.Errorf("%w: redisstore: %s", kvcache.ErrUnitMissing, s.Key(keys[i]))
+		case err != nil:
+			return fmt.Errorf("%w: redisstore: GET %s: %w", tierstore.ErrUnavailable, s.Key(keys[i]), err)
+		}
+		if err := tierstore.Decode(v, s.fp, keys[i], dst[i]); err != nil {
+			return fmt.Errorf("redisstore: %s: %w", s.Key(keys[i]), err)
+		}
+	}
+	return nil
+}
+
+// Contains implements tierstore.Store: one pipeline of EXISTS, one key
+// each (so that a cluster answers each from its node).
+func (s *Store) Contains(ctx context.Context, keys []kvcache.UnitKey) ([]bool, error) {
+	cmds := make([]*redis.IntCmd, len(keys))
+	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			cmds[i] = p.Exists(ctx, s.Key(k))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: redisstore: EXISTS of %d units: %w", tierstore.ErrUnavailable, len(keys), err)
+	}
+	have := make([]bool, len(keys))
+	for i, cmd := range cmds {
+		have[i] = cmd.Val() == 1
+	}
+	return have, nil
+}
+
+// Close closes the connections.
+func (s *Store) Close() error { return s.client.Close() }
