@@ -22,5 +22,8 @@
 // tierstore.Engine sets); the client reconnects on its own, so a server
 // that comes back is used again without a restart.
 //
-// The client is github.com/redis/go-redis/v9.
+// The client is github.com/redis/go-redis/v9 (the README says why). It
+// reports connection failures through its own logger, which writes to
+// standard error unless the program sets another with redis.SetLogger;
+// this package leaves that process-wide choice to the program.
 package redisstore

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/kvtier/kvtier/kvcache"
@@ -113,32 +114,42 @@ func (s *Store) Put(ctx context.Context, keys []kvcache.UnitKey, values [][]byte
 	return nil
 }
 
-// Get implements tierstore.Store: one pipeline of GETs.
+// Get implements tierstore.Store: one pipeline of GETs, each read
+// straight into a buffer of the value's expected size (no copy by the
+// client).
 func (s *Store) Get(ctx context.Context, keys []kvcache.UnitKey, dst [][]byte) error {
 	if len(keys) != len(dst) {
 		return fmt.Errorf("%w: redisstore: %d keys, %d buffers", kvcache.ErrInvalidCopy, len(keys), len(dst))
 	}
-	cmds := make([]*redis.StringCmd, len(keys))
+	cmds := make([]*redis.ZeroCopyStringCmd, len(keys))
+	bufs := make([][]byte, len(keys))
 	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
-			cmds[i] = p.Get(ctx, s.Key(k))
+			// Two spare bytes let the client read the value and its
+			// CRLF in one go.
+			bufs[i] = make([]byte, tierstore.HeaderSize(k)+len(dst[i])+8+2)
+			cmds[i] = p.GetToBuffer(ctx, s.Key(k), bufs[i])
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("%w: redisstore: GET of %d units: %w", tierstore.ErrUnavailable, len(keys), err)
-	}
 	for i, cmd := range cmds {
-		v, err := cmd.Bytes()
+		cerr := cmd.Err()
 		switch {
-		case errors.Is(err, redis.Nil):
+		case errors.Is(cerr, redis.Nil):
 			return fmt.Errorf("%w: redisstore: %s", kvcache.ErrUnitMissing, s.Key(keys[i]))
-		case err != nil:
-			return fmt.Errorf("%w: redisstore: GET %s: %w", tierstore.ErrUnavailable, s.Key(keys[i]), err)
+		case cerr != nil && strings.Contains(cerr.Error(), "buffer too small"):
+			// Documented by GetToBuffer: a value longer than the
+			// unit's (the reply was drained, the connection is fine).
+			return fmt.Errorf("%w: redisstore: %s: %v", kvcache.ErrUnitCorrupt, s.Key(keys[i]), cerr)
+		case cerr != nil:
+			return fmt.Errorf("%w: redisstore: GET of %d units, %s: %w", tierstore.ErrUnavailable, len(keys), s.Key(keys[i]), cerr)
 		}
-		if err := tierstore.Decode(v, s.fp, keys[i], dst[i]); err != nil {
+		if err := tierstore.Decode(bufs[i][:cmd.Val()], s.fp, keys[i], dst[i]); err != nil {
 			return fmt.Errorf("redisstore: %s: %w", s.Key(keys[i]), err)
 		}
+	}
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("%w: redisstore: GET of %d units: %w", tierstore.ErrUnavailable, len(keys), err)
 	}
 	return nil
 }

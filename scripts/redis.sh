@@ -1,0 +1,261 @@
+#!/usr/bin/env bash
+# Start and stop the Redis servers the tests use (developers and CI).
+#
+# A developer runs the tests with:
+#
+#   scripts/redis.sh start /tmp/kvtier-redis && . /tmp/kvtier-redis/env && go test ./... ; scripts/redis.sh stop /tmp/kvtier-redis
+#
+# Subcommands:
+#   install    apt-get install -y redis-server (apt-get update first only if
+#              that fails); skipped when redis-server and redis-cli are on PATH.
+#   start DIR  starts, on 127.0.0.1 only, each on a free port (never 6379):
+#                - one standalone redis-server;
+#                - a Redis Cluster of 3 masters (no replicas).
+#              Every file (config, data, log, pid) is under DIR. No persistence
+#              (save "", appendonly no); maxmemory 1gb, allkeys-lru on each.
+#              Waits until every server answers PING and every cluster node
+#              reports cluster_state:ok, then writes DIR/env and prints it:
+#                KVTIER_REDIS_ADDR            standalone server, 127.0.0.1:PORT
+#                KVTIER_REDIS_CLUSTER_ADDRS   the 3 masters, comma separated
+#                KVTIER_REDIS_SERVER_PIDFILE  pid file of the standalone server
+#                KVTIER_REDIS_SERVER_CMD      command that restarts the standalone
+#                                             server on the same port with the same
+#                                             config. Every server runs with
+#                                             "daemonize yes": the command returns
+#                                             at once (before the server accepts
+#                                             connections, so poll with PING) and
+#                                             the server rewrites the pid file.
+#              A test can kill the standalone server by the PID in the pid file
+#              and bring it back with: sh -c "$KVTIER_REDIS_SERVER_CMD".
+#   stop DIR   stops every server started in DIR (SIGTERM, up to 5 s, then
+#              SIGKILL). Idempotent: never fails if they are already stopped.
+#
+# Free ports: the kernel is not asked for a port (that needs more than bash);
+# the script picks a random port in 20000-29999 (below Linux's ephemeral range
+# 32768-60999, so outgoing connections rarely take it), checks with a bash
+# /dev/tcp connect that nothing listens there (nor on port+10000, the cluster
+# bus), starts the server, and checks the server that answers on the port is
+# the one it started (INFO's process_id against the pid file). If the bind
+# failed (another process took the port meanwhile), it tries another port, up
+# to 20 times per server. Needs only bash, coreutils, redis-server, redis-cli.
+set -euo pipefail
+
+usage() {
+  sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
+  exit 2
+}
+
+# The port range can be moved with REDIS_SH_PORT_MIN and REDIS_SH_PORT_SPAN
+# (PORT_MIN + PORT_SPAN + 10000 must stay below 65536).
+PORT_MIN=${REDIS_SH_PORT_MIN:-20000}
+PORT_SPAN=${REDIS_SH_PORT_SPAN:-10000}
+START_TRIES=20
+WAIT_TENTHS=100 # 10 s, in steps of 0.1 s
+
+die() { echo "redis.sh: $*" >&2; exit 1; }
+
+cli() { # cli PORT ARGS...: redis-cli that cannot hang
+  local port=$1; shift
+  timeout 2 redis-cli -h 127.0.0.1 -p "$port" "$@" 2>/dev/null
+}
+
+listening() { # listening PORT: true if something accepts connections there
+  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+random_port() {
+  local p
+  while :; do
+    p=$(( PORT_MIN + (RANDOM * 32768 + RANDOM) % PORT_SPAN ))
+    [ "$p" -ne 6379 ] || continue
+    listening "$p" && continue
+    listening $(( p + 10000 )) && continue # cluster bus port
+    echo "$p"; return
+  done
+}
+
+is_redis_pid() { # is_redis_pid PID: alive and a redis-server (not a reused PID)
+  local pid=$1
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  local stat comm
+  read -r stat comm < <(ps -o stat=,comm= -p "$pid" 2>/dev/null) || return 1
+  # A killed daemon whose parent (PID 1 in some containers) has not reaped it
+  # yet is a zombie: it answers kill -0 but is gone.
+  [ "${stat#Z}" = "$stat" ] && [ "$comm" = redis-server ]
+}
+
+pid_of() { # pid_of PIDFILE: the pid in it, or nothing
+  [ -s "$1" ] && tr -dc '0-9' <"$1" || true
+}
+
+stop_pidfile() { # stop_pidfile PIDFILE
+  local pidfile=$1 pid i
+  pid=$(pid_of "$pidfile")
+  if [ -n "$pid" ] && is_redis_pid "$pid"; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for (( i = 0; i < 50; i++ )); do
+      is_redis_pid "$pid" || break
+      sleep 0.1
+    done
+    if is_redis_pid "$pid"; then
+      echo "redis.sh: pid $pid ($pidfile) ignored SIGTERM for 5 s, sending SIGKILL" >&2
+      kill -KILL "$pid" 2>/dev/null || true
+      for (( i = 0; i < 20; i++ )); do
+        is_redis_pid "$pid" || break
+        sleep 0.1
+      done
+    fi
+    echo "stopped redis-server pid $pid ($pidfile)"
+  fi
+  rm -f "$pidfile"
+}
+
+write_conf() { # write_conf CONF PORT NODEDIR CLUSTER(yes|no)
+  local conf=$1 port=$2 dir=$3 cluster=$4
+  mkdir -p "$dir"
+  cat >"$conf" <<EOF
+# Written by scripts/redis.sh. Restart with: redis-server $conf
+bind 127.0.0.1
+port $port
+protected-mode yes
+daemonize yes
+pidfile $dir/redis.pid
+logfile $dir/redis.log
+dir $dir
+save ""
+appendonly no
+maxmemory 1gb
+maxmemory-policy allkeys-lru
+EOF
+  if [ "$cluster" = yes ]; then
+    cat >>"$conf" <<EOF
+cluster-enabled yes
+cluster-config-file nodes.conf
+cluster-node-timeout 5000
+EOF
+  fi
+}
+
+# launch NAME CLUSTER(yes|no): starts a server in $DIR/NAME on a free port,
+# retrying on another port if the bind fails; prints the port.
+launch() {
+  local name=$1 cluster=$2 try port conf dir pid i
+  dir=$DIR/$name
+  conf=$DIR/$name.conf
+  for (( try = 1; try <= START_TRIES; try++ )); do
+    port=$(random_port)
+    rm -rf "$dir"
+    write_conf "$conf" "$port" "$dir" "$cluster"
+    redis-server "$conf" >/dev/null 2>&1 || true
+    # Daemonized: the pid file appears once the server has bound its port.
+    for (( i = 0; i < WAIT_TENTHS; i++ )); do
+      pid=$(pid_of "$dir/redis.pid")
+      if [ -n "$pid" ] && is_redis_pid "$pid" &&
+         [ "$(cli "$port" PING)" = PONG ] &&
+         cli "$port" INFO server | tr -d '\r' | grep -qx "process_id:$pid"; then
+        echo "$port"; return 0
+      fi
+      # Gave up (bind failed): its log says why; try another port.
+      if grep -q 'Could not create server TCP listening socket\|Failed listening on port' \
+           "$dir/redis.log" 2>/dev/null; then
+        break
+      fi
+      sleep 0.1
+    done
+    echo "redis.sh: $name did not start on port $port (try $try):" >&2
+    tail -n 5 "$dir/redis.log" >&2 2>/dev/null || true
+    stop_pidfile "$dir/redis.pid" >/dev/null
+  done
+  return 1
+}
+
+start_failed() { # a failure in start stops whatever was started
+  echo "redis.sh: start failed: $*; stopping what was started" >&2
+  cmd_stop "$DIR" >&2
+  exit 1
+}
+
+cmd_start() {
+  local p s c1 c2 c3 i node ok
+  command -v redis-server >/dev/null || die "redis-server not on PATH (scripts/redis.sh install)"
+  command -v redis-cli >/dev/null || die "redis-cli not on PATH (scripts/redis.sh install)"
+  mkdir -p "$1"
+  DIR=$(cd "$1" && pwd -P)
+  # The paths go unquoted into redis config files and into the env file.
+  [[ "$DIR" =~ ^[A-Za-z0-9._/+-]+$ ]] || die "DIR must be a path of [A-Za-z0-9._/+-] only: $DIR"
+  for p in "$DIR"/*/redis.pid; do
+    [ -e "$p" ] || continue
+    if is_redis_pid "$(pid_of "$p")"; then
+      die "a server started in $DIR is still running ($p); run: $0 stop $DIR"
+    fi
+  done
+  rm -f "$DIR/env"
+
+  s=$(launch standalone no) || start_failed "standalone server did not start"
+  c1=$(launch cluster1 yes) || start_failed "cluster node 1 did not start"
+  c2=$(launch cluster2 yes) || start_failed "cluster node 2 did not start"
+  c3=$(launch cluster3 yes) || start_failed "cluster node 3 did not start"
+
+  if ! timeout 30 redis-cli --cluster create \
+      "127.0.0.1:$c1" "127.0.0.1:$c2" "127.0.0.1:$c3" \
+      --cluster-replicas 0 --cluster-yes >"$DIR/cluster-create.log" 2>&1; then
+    cat "$DIR/cluster-create.log" >&2
+    start_failed "redis-cli --cluster create failed"
+  fi
+  for (( i = 0; i < WAIT_TENTHS; i++ )); do
+    ok=1
+    for node in "$c1" "$c2" "$c3"; do
+      cli "$node" CLUSTER INFO | tr -d '\r' | grep -qx 'cluster_state:ok' || { ok=0; break; }
+    done
+    [ "$ok" = 1 ] && break
+    sleep 0.1
+  done
+  if [ "$ok" != 1 ]; then
+    cat "$DIR/cluster-create.log" >&2
+    for node in "$c1" "$c2" "$c3"; do
+      echo "node $node:" >&2; cli "$node" CLUSTER INFO >&2 || true
+    done
+    start_failed "cluster_state not ok on every node after 10 s"
+  fi
+
+  cat >"$DIR/env" <<EOF
+export KVTIER_REDIS_ADDR=127.0.0.1:$s
+export KVTIER_REDIS_CLUSTER_ADDRS=127.0.0.1:$c1,127.0.0.1:$c2,127.0.0.1:$c3
+export KVTIER_REDIS_SERVER_PIDFILE=$DIR/standalone/redis.pid
+export KVTIER_REDIS_SERVER_CMD='redis-server $DIR/standalone.conf'
+EOF
+  cat "$DIR/env"
+}
+
+cmd_stop() {
+  local dir=$1 p
+  [ -d "$dir" ] || return 0
+  for p in "$dir"/*/redis.pid; do
+    [ -e "$p" ] || continue
+    stop_pidfile "$p"
+  done
+  return 0
+}
+
+cmd_install() {
+  if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
+    echo "redis-server already installed: $(redis-server --version)"
+    return 0
+  fi
+  local sudo=()
+  [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get install -y redis-server ||
+    { "${sudo[@]}" apt-get update && "${sudo[@]}" apt-get install -y redis-server; }
+  redis-server --version
+}
+
+[ $# -ge 1 ] || usage
+case $1 in
+  start) [ $# -eq 2 ] || usage; cmd_start "$2" ;;
+  stop) [ $# -eq 2 ] || usage; cmd_stop "$2" ;;
+  install) [ $# -eq 1 ] || usage; cmd_install ;;
+  -h|--help|help) usage ;;
+  *) usage ;;
+esac

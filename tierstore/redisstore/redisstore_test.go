@@ -1,0 +1,326 @@
+package redisstore_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/kvtier/kvtier/kvcache"
+	"github.com/kvtier/kvtier/tierstore"
+	"github.com/kvtier/kvtier/tierstore/redisstore"
+	"github.com/kvtier/kvtier/tierstore/storetest"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+// env returns the value of name, skipping the test when it is not set
+// (and failing it in CI, where .ci/run starts the servers).
+func env(t *testing.T, name string) string {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is not set: in CI, .ci/run starts Redis with scripts/redis.sh", name)
+		}
+		t.Skipf("%s is not set: start Redis with scripts/redis.sh start DIR and source DIR/env", name)
+	}
+	return v
+}
+
+// prefix returns a key prefix of the test's own, and deletes its keys
+// when the test ends.
+func prefix(t *testing.T, addrs []string, cluster bool) string {
+	t.Helper()
+	p := fmt.Sprintf("kvt-test-%d-%d", os.Getpid(), time.Now().UnixNano())
+	t.Cleanup(func() {
+		c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, IsClusterMode: cluster})
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		del := func(ctx context.Context, c *redis.Client) error {
+			it := c.Scan(ctx, 0, p+":*", 1000).Iterator()
+			for it.Next(ctx) {
+				c.Del(ctx, it.Val())
+			}
+			return it.Err()
+		}
+		if cc, ok := c.(*redis.ClusterClient); ok {
+			_ = cc.ForEachMaster(ctx, del)
+		} else if sc, ok := c.(*redis.Client); ok {
+			_ = del(ctx, sc)
+		}
+	})
+	return p
+}
+
+type server struct {
+	name    string
+	addrs   []string
+	cluster bool
+}
+
+func servers(t *testing.T) []server {
+	return []server{
+		{name: "single", addrs: []string{env(t, "KVTIER_REDIS_ADDR")}},
+		{name: "cluster", addrs: strings.Split(env(t, "KVTIER_REDIS_CLUSTER_ADDRS"), ","), cluster: true},
+	}
+}
+
+func open(t *testing.T, srv server, p string, fp uint64) *redisstore.Store {
+	t.Helper()
+	s, err := redisstore.Open(redisstore.Options{Addrs: srv.addrs, Cluster: srv.cluster, Prefix: p, Fingerprint: fp})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	for _, srv := range servers(t) {
+		t.Run(srv.name, func(t *testing.T) {
+			p := prefix(t, srv.addrs, srv.cluster)
+			storetest.TestStore(t, func(t *testing.T, fp uint64) tierstore.Store { return open(t, srv, p, fp) })
+		})
+	}
+}
+
+func TestOptions(t *testing.T) {
+	for _, o := range []redisstore.Options{{}, {Addrs: []string{"a:1", "b:2"}}, {Addrs: []string{"a:1"}, TTL: -1}, {Addrs: []string{"a:1"}, PoolSize: -1}} {
+		_, err := redisstore.Open(o)
+		require.ErrorIs(t, err, tierstore.ErrInvalidConfig, "%+v", o)
+	}
+}
+
+// TestPlantedValuesAreNeverServed: a corrupt value and a value written
+// for other tokens under the same key (a forced collision) are reported
+// corrupt, a deleted key (Redis evicted it) missing, and a server reading
+// them recomputes and serves the right bytes.
+func TestPlantedValuesAreNeverServed(t *testing.T) {
+	for _, srv := range servers(t) {
+		t.Run(srv.name, func(t *testing.T) {
+			ctx := context.Background()
+			p := prefix(t, srv.addrs, srv.cluster)
+			store := open(t, srv, p, storetest.Fingerprint(t))
+			raw := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: srv.addrs, IsClusterMode: srv.cluster})
+			defer raw.Close()
+			a := storetest.NewServer(t, storetest.Config{Store: store, GPU: 16, CPU: 8, Shared: 64, WriteThrough: true})
+			prompt := kvcache.Request{Tokens: storetest.Tokens(16, 1)}
+			a.Serve(t, prompt)
+			a.Drain(t)
+			keys, err := a.Cache.UnitKeys(nil, prompt)
+			require.NoError(t, err)
+			have, err := store.Contains(ctx, keys)
+			require.NoError(t, err)
+			require.Equal(t, []bool{true, true, true, true, true, true, true, true}, have)
+
+			// Unit 1: one byte flipped. Unit 4: a valid value for other
+			// tokens. Unit 7: gone.
+			v, err := raw.Get(ctx, store.Key(keys[1])).Bytes()
+			require.NoError(t, err)
+			v[len(v)/2] ^= 0x40
+			require.NoError(t, raw.Set(ctx, store.Key(keys[1]), v, 0).Err())
+			forged := keys[4]
+			forged.Tokens = []uint32{7, 7, 7, 7}
+			unit := make([]byte, 32)
+			require.NoError(t, raw.Set(ctx, store.Key(keys[4]), tierstore.Encode(nil, storetest.Fingerprint(t), forged, unit), 0).Err())
+			require.NoError(t, raw.Del(ctx, store.Key(keys[7])).Err())
+			dst := [][]byte{make([]byte, 32)}
+			require.ErrorIs(t, store.Get(ctx, keys[1:2], dst), kvcache.ErrUnitCorrupt)
+			require.ErrorIs(t, store.Get(ctx, keys[4:5], dst), kvcache.ErrUnitCorrupt)
+			require.ErrorIs(t, store.Get(ctx, keys[7:8], dst), kvcache.ErrUnitMissing)
+
+			// A second server adopts what the lookup finds (blocks 0 to
+			// 2: block 3 lacks unit 7) and recomputes what fails.
+			b := storetest.NewServer(t, storetest.Config{Store: store, GPU: 16, CPU: 8, Shared: 64})
+			plan := b.Serve(t, prompt) // checks every byte
+			require.Equal(t, 12, plan.ReusedTokens, "blocks 0 to 2 (unit 7 of block 3 is gone)")
+			st := b.Cache.Stats().Tier(3)
+			require.Equal(t, uint64(6), st.Adopted)
+			require.Positive(t, st.Corrupt)
+		})
+	}
+}
+
+// The writer process: TestMain-free helper run by TestTwoProcesses.
+func TestWriterProcess(t *testing.T) {
+	if os.Getenv("KVTIER_REDIS_WRITER") == "" {
+		t.Skip("run by TestTwoProcesses")
+	}
+	srv := server{addrs: strings.Split(os.Getenv("KVTIER_REDIS_WRITER_ADDRS"), ","), cluster: os.Getenv("KVTIER_REDIS_WRITER_CLUSTER") == "1"}
+	store := open(t, srv, os.Getenv("KVTIER_REDIS_WRITER_PREFIX"), storetest.Fingerprint(t))
+	s := storetest.NewServer(t, storetest.Config{Store: store, GPU: 32, CPU: 8, Shared: 64, WriteThrough: true})
+	prompt := kvcache.Request{Tokens: storetest.Tokens(32, 500)}
+	plan := s.Serve(t, prompt)
+	require.Equal(t, 0, plan.ReusedTokens)
+	s.Drain(t)
+	require.Equal(t, uint64(16), s.Cache.Stats().Tier(3).BackupsWritten)
+	// The checksums of the bytes it computed, one line per unit.
+	for sl := range 2 {
+		table, err := s.Cache.BlockTable(nil, plan.Seq, sl)
+		if err != nil {
+			// Released: read them through a new sequence.
+			break
+		}
+		_ = table
+	}
+	keys, err := s.Cache.UnitKeys(nil, prompt)
+	require.NoError(t, err)
+	for i, k := range keys {
+		buf := make([]byte, 32)
+		for o := range buf {
+			buf[o] = storetest.Content(k.Hash, k.Slice, o)
+		}
+		fmt.Printf("unit %d %016x\n", i, xxhash.Sum64(buf))
+	}
+}
+
+// TestTwoProcesses: a process computes a prompt and exits; this one reuses
+// its prefix from Redis and reads back exactly the bytes it wrote; under
+// another namespace it reuses nothing.
+func TestTwoProcesses(t *testing.T) {
+	for _, srv := range servers(t) {
+		t.Run(srv.name, func(t *testing.T) {
+			p := prefix(t, srv.addrs, srv.cluster)
+			cluster := "0"
+			if srv.cluster {
+				cluster = "1"
+			}
+			cmd := exec.Command(os.Args[0], "-test.run=^TestWriterProcess$", "-test.count=1", "-test.v")
+			cmd.Env = append(os.Environ(), "KVTIER_REDIS_WRITER=1", "KVTIER_REDIS_WRITER_ADDRS="+strings.Join(srv.addrs, ","),
+				"KVTIER_REDIS_WRITER_CLUSTER="+cluster, "KVTIER_REDIS_WRITER_PREFIX="+p)
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			sums := map[int]uint64{}
+			sc := bufio.NewScanner(strings.NewReader(string(out)))
+			for sc.Scan() {
+				var i int
+				var sum uint64
+				if n, _ := fmt.Sscanf(sc.Text(), "unit %d %x", &i, &sum); n == 2 {
+					sums[i] = sum
+				}
+			}
+			require.Len(t, sums, 16, "%s", out)
+
+			store := open(t, srv, p, storetest.Fingerprint(t))
+			s := storetest.NewServer(t, storetest.Config{Store: store, GPU: 32, CPU: 8, Shared: 64, NoLookup: true})
+			prompt := kvcache.Request{Tokens: storetest.Tokens(32, 500)}
+			n, err := tierstore.Lookup(context.Background(), store, s.Cache, prompt, 3)
+			require.NoError(t, err)
+			require.Equal(t, 8, n)
+			plan, err := s.Cache.Acquire(prompt)
+			require.NoError(t, err)
+			require.Equal(t, 32, plan.ReusedTokens)
+			redo, err := s.Cache.WaitReady(context.Background(), plan.Seq, -1)
+			require.NoError(t, err)
+			require.Empty(t, redo)
+			for sl := range 2 {
+				table, err := s.Cache.BlockTable(nil, plan.Seq, sl)
+				require.NoError(t, err)
+				for i, slot := range table {
+					require.Equal(t, sums[i*2+sl], xxhash.Sum64(s.Memory.Bytes(kvcache.GPU, s.Cache.SlicePool(sl), slot)), "block %d slice %d", i, sl)
+				}
+			}
+			require.NoError(t, s.Cache.Release(plan.Seq))
+
+			other := storetest.NewServer(t, storetest.Config{Store: store, GPU: 32, CPU: 8, Shared: 64})
+			plan = other.Serve(t, kvcache.Request{Tokens: prompt.Tokens, Namespace: "another tenant"})
+			require.Zero(t, plan.ReusedTokens)
+			require.Zero(t, other.Cache.Stats().Tier(3).Adopted)
+		})
+	}
+}
+
+// TestServerKilledMidRun: two servers share the standalone Redis with
+// write-through; it is killed by its PID in the middle of the run: the run
+// goes on with every byte right, loads and writes fail and are counted;
+// restarted, hits resume without restarting the caches.
+func TestServerKilledMidRun(t *testing.T) {
+	srv := servers(t)[0]
+	pidfile, restart := env(t, "KVTIER_REDIS_SERVER_PIDFILE"), env(t, "KVTIER_REDIS_SERVER_CMD")
+	p := prefix(t, srv.addrs, false)
+	store := open(t, srv, p, storetest.Fingerprint(t))
+	up := func() error {
+		// A client of its own each time: a pool that met a dead server
+		// backs off before it dials again.
+		raw := redis.NewClient(&redis.Options{Addr: srv.addrs[0], MaxRetries: -1})
+		defer raw.Close()
+		return raw.Ping(context.Background()).Err()
+	}
+	start := func() {
+		t.Helper()
+		if up() == nil {
+			return
+		}
+		out, err := exec.Command("sh", "-c", restart).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		for range 400 {
+			if up() == nil {
+				return
+			}
+			time.Sleep(25 * time.Millisecond)
+		}
+		t.Fatal("Redis did not come back")
+	}
+	t.Cleanup(start) // whatever happens, leave the server running
+	var failures []error
+	cfg := storetest.Config{Store: store, GPU: 16, CPU: 8, Shared: 512, WriteThrough: true, Timeout: 300 * time.Millisecond,
+		OnError: func(_ kvcache.Tier, _ int, err error) { failures = append(failures, err) }}
+	a, b := storetest.NewServer(t, cfg), storetest.NewServer(t, cfg)
+	hits := func() uint64 { return b.Cache.Stats().Tier(3).Hits }
+	round := func(base uint32) {
+		prompt := kvcache.Request{Tokens: storetest.Tokens(16, base)}
+		a.Serve(t, prompt)
+		a.Drain(t)
+		b.Serve(t, prompt)
+		b.Drain(t)
+	}
+	for i := range 5 {
+		round(uint32(10000 * (i + 1)))
+	}
+	before := hits()
+	require.Equal(t, uint64(5*8), before, "b loads each of a's prompts from Redis")
+
+	pid, err := os.ReadFile(pidfile)
+	require.NoError(t, err)
+	n, err := strconv.Atoi(strings.TrimSpace(string(pid)))
+	require.NoError(t, err)
+	require.NoError(t, syscall.Kill(n, syscall.SIGKILL))
+	for range 200 {
+		if up() != nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.Error(t, up())
+	for i := range 3 {
+		round(uint32(10000 * (i + 10))) // every byte checked
+	}
+	require.Equal(t, before, hits(), "nothing loads from a dead server")
+	calls, failed := a.Engine.StoreCalls()
+	require.Positive(t, failed, "writes to a dead server fail (%d calls)", calls)
+	require.NotEmpty(t, failures)
+	require.True(t, errors.Is(failures[len(failures)-1], tierstore.ErrUnavailable))
+
+	start()
+	// The client redials on its own; a probe tells when it has.
+	probe := []kvcache.UnitKey{{Shared: true, Hash: 1}}
+	for i := 0; ; i++ {
+		if _, err := store.Contains(context.Background(), probe); err == nil {
+			break
+		}
+		require.Less(t, i, 500, "the store never came back")
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i := range 5 {
+		round(uint32(10000 * (i + 20)))
+	}
+	require.Equal(t, before+5*8, hits(), "hits resume once the server is back")
+}
