@@ -132,14 +132,18 @@ func (s *Store) Get(ctx context.Context, keys []kvcache.UnitKey, dst [][]byte) e
 		}
 		return nil
 	})
+	if err != nil && !errors.Is(err, redis.Nil) && !tooSmall(err) {
+		// The pipeline failed as a whole (a connection that could not
+		// be made or authenticated leaves its commands without errors
+		// of their own).
+		return fmt.Errorf("%w: redisstore: GET of %d units: %w", tierstore.ErrUnavailable, len(keys), err)
+	}
 	for i, cmd := range cmds {
 		cerr := cmd.Err()
 		switch {
 		case errors.Is(cerr, redis.Nil):
 			return fmt.Errorf("%w: redisstore: %s", kvcache.ErrUnitMissing, s.Key(keys[i]))
-		case cerr != nil && strings.Contains(cerr.Error(), "buffer too small"):
-			// Documented by GetToBuffer: a value longer than the
-			// unit's (the reply was drained, the connection is fine).
+		case cerr != nil && tooSmall(cerr):
 			return fmt.Errorf("%w: redisstore: %s: %v", kvcache.ErrUnitCorrupt, s.Key(keys[i]), cerr)
 		case cerr != nil:
 			return fmt.Errorf("%w: redisstore: GET of %d units, %s: %w", tierstore.ErrUnavailable, len(keys), s.Key(keys[i]), cerr)
@@ -148,11 +152,13 @@ func (s *Store) Get(ctx context.Context, keys []kvcache.UnitKey, dst [][]byte) e
 			return fmt.Errorf("redisstore: %s: %w", s.Key(keys[i]), err)
 		}
 	}
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("%w: redisstore: GET of %d units: %w", tierstore.ErrUnavailable, len(keys), err)
-	}
 	return nil
 }
+
+// tooSmall reports whether err is GetToBuffer's documented "buffer too
+// small": the stored value is longer than the unit's (the client drained
+// the reply, so the connection is fine).
+func tooSmall(err error) bool { return strings.Contains(err.Error(), "buffer too small") }
 
 // Contains implements tierstore.Store: one pipeline of EXISTS, one key
 // each (so that a cluster answers each from its node).

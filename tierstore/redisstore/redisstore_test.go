@@ -324,3 +324,35 @@ func TestServerKilledMidRun(t *testing.T) {
 	}
 	require.Equal(t, before+5*8, hits(), "hits resume once the server is back")
 }
+
+// TestACL: Username and Password reach the server (a user created for the
+// test, allowed only its own keys); a wrong password fails every call.
+func TestACL(t *testing.T) {
+	srv := servers(t)[0]
+	ctx := context.Background()
+	p := prefix(t, srv.addrs, false)
+	admin := redis.NewClient(&redis.Options{Addr: srv.addrs[0]})
+	defer admin.Close()
+	user := fmt.Sprintf("kvtier-test-%d", os.Getpid())
+	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", user, "on", ">s3cret", "~"+p+":*", "+@all").Err())
+	t.Cleanup(func() { admin.Do(context.Background(), "ACL", "DELUSER", user) })
+
+	good, err := redisstore.Open(redisstore.Options{Addrs: srv.addrs, Prefix: p, Username: user, Password: "s3cret"})
+	require.NoError(t, err)
+	defer good.Close()
+	k := kvcache.UnitKey{Shared: true, Hash: 1, Depth: 1, Tokens: []uint32{1}}
+	require.NoError(t, good.Put(ctx, []kvcache.UnitKey{k}, [][]byte{[]byte("abcd")}))
+	dst := [][]byte{make([]byte, 4)}
+	require.NoError(t, good.Get(ctx, []kvcache.UnitKey{k}, dst))
+	require.Equal(t, "abcd", string(dst[0]))
+
+	bad, err := redisstore.Open(redisstore.Options{Addrs: srv.addrs, Prefix: p, Username: user, Password: "wrong"})
+	require.NoError(t, err)
+	defer bad.Close()
+	require.ErrorIs(t, bad.Get(ctx, []kvcache.UnitKey{k}, dst), tierstore.ErrUnavailable)
+	// Outside its keys the user is refused.
+	other, err := redisstore.Open(redisstore.Options{Addrs: srv.addrs, Prefix: p + "x", Username: user, Password: "s3cret"})
+	require.NoError(t, err)
+	defer other.Close()
+	require.ErrorIs(t, other.Put(ctx, []kvcache.UnitKey{k}, [][]byte{[]byte("abcd")}), tierstore.ErrUnavailable)
+}
