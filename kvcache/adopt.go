@@ -12,8 +12,8 @@ import (
 // cache did not put them there: another server wrote them to a store they
 // share, or this cache's previous process wrote them to a store that
 // survived it (a warm restart). Nothing is copied: the blocks enter the
-// prefix tree (BlockStored events, then a UnitMoved from Dropped to t per
-// unit) with their units on t, and a later Acquire or Prefetch loads them
+// prefix tree with their units on t (a BlockStored event with To t; a
+// known block's dropped units get a UnitMoved from Dropped to t), and a later Acquire or Prefetch loads them
 // through the engine like any unit on t. A unit the store turns out not to
 // have, or to hold corrupt, fails its load (ErrUnitMissing,
 // ErrUnitCorrupt) and is recomputed: Adopt trusts the caller, who asks
@@ -30,7 +30,8 @@ import (
 // Adopt returns an error wrapping ErrInvalidRequest for bad keys, ErrOutOfRange
 // when t is not a tier below the GPU or blocks is negative or more than
 // the prompt's full blocks, and ErrPolicy when a policy broke its
-// contract (nothing is then adopted).
+// contract (the cache is then unusable, see ErrPolicy, and the units
+// placed before the breach stay).
 func (c *Cache) Adopt(req Request, blocks int, t Tier) (_ int, err error) {
 	if err := c.lock("Adopt"); err != nil {
 		return 0, err
@@ -111,7 +112,10 @@ func (c *Cache) Adopt(req Request, blocks int, t Tier) (_ int, err error) {
 		c.place(a, pu.u, false)
 		c.gainBytes(pu.b)
 		a.adopted++
-		c.emitMove(pu.u, Dropped, t)
+		if pu.index < len(nodes) {
+			// A new block's BlockStored said where its units are.
+			c.emitMove(pu.u, Dropped, t)
+		}
 	}
 	c.statsUnchanged = false
 	return plan.blocks, nil

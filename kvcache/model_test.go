@@ -881,6 +881,33 @@ func (h *harness) checkBytes() {
 	}
 }
 
+// storeAdopted plays the store behind tier t after Adopt: it holds the
+// bytes of the first blocks blocks of req, which it writes into the slots
+// of their units on t (those there before hold them already).
+func (h *harness) storeAdopted(req Request, blocks int, t Tier) {
+	c := h.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	keys, nodes, err := c.match(&req)
+	require.NoError(h.t, err)
+	B := c.geom.blockTokens
+	str := h.lay.Strides()
+	ph := prefixHashes(keys, req.Tokens)
+	for i := range min(blocks, len(nodes)) {
+		for sl := range c.geom.slices {
+			u := c.units.id(nodes[i].Value, sl)
+			st := c.units.of(u)
+			if st.tier != t || st.loading() || st.storing() {
+				continue
+			}
+			buf := h.store.Bytes(t, c.poolOf(u), st.slot)
+			for o := range int64(len(buf)) {
+				buf[o] = expectedByte(ph[i*B+int((o/str.Token)%int64(B))], sl, o)
+			}
+		}
+	}
+}
+
 // checkSharing verifies that sequences share blocks only with equal keys
 // and prefixes, and that the reference agrees with the cache.
 func (h *harness) checkSharing() {
@@ -1494,6 +1521,32 @@ func (h *harness) step() {
 		h.fillPlan(p.Seq, p)
 		h.record(p, false)
 		h.counts["fork"]++
+	case op < 98 && op >= 96 && len(c.tiers.levels) > 1:
+		// Blocks a shared store holds, registered on a tier below the
+		// GPU; the store (this harness) holds their bytes.
+		base := h.bases[h.choose(len(h.bases))]
+		req := Request{Tokens: base[:h.choose(len(base)+1)], Namespace: []string{"", "a", "b"}[h.choose(3)]}
+		full := len(req.Tokens) / c.BlockTokens()
+		t := Tier(2 + h.choose(len(c.tiers.levels)-1))
+		n := h.choose(full + 1)
+		dropsBefore := before.stats
+		got, err := c.Adopt(req, n, t)
+		if !okErr(err) {
+			// A breach met while placing the units leaves them placed
+			// (see Cache.place): the store holds their bytes all the
+			// same.
+			h.storeAdopted(req, n, t)
+			return
+		}
+		require.LessOrEqual(h.t, got, n, "step %d: Adopt of %d blocks", h.steps, n)
+		st := c.Stats()
+		for i := range st.Tiers {
+			h.plans.drops += st.Tiers[i].Drops - dropsBefore.Tiers[i].Drops
+		}
+		if st.Tier(t).Adopted > dropsBefore.Tier(t).Adopted {
+			h.counts["adopted"]++
+		}
+		h.storeAdopted(req, got, t)
 	case op < 97:
 		// A queued request's prefix brought up ahead of its Acquire.
 		base := h.bases[h.choose(len(h.bases))]
@@ -1671,7 +1724,7 @@ func TestModelRandomized(t *testing.T) {
 			for _, k := range []string{"acquire", "append", "sparse", "release", "truncate", "fork", "bad input", "copy failed", "clear"} {
 				require.Positive(t, total[k], "operation %q never ran", k)
 			}
-			for _, k := range []string{"victim of a partly dropped block dropped", "pruned", "mover panicked", "abort", "prefetch", "backups written",
+			for _, k := range []string{"victim of a partly dropped block dropped", "pruned", "mover panicked", "abort", "prefetch", "backups written", "adopted",
 				"move down below the CPU", "load from below the CPU",
 				"commit", "prompt being written by another", "truncate recompute", "recompute of a block with CPU copies"} {
 				rare[k] += total[k]
