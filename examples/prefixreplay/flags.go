@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 
@@ -27,7 +28,19 @@ type options struct {
 	parallel   int
 	json       bool
 	svg        string
+
+	// The fleet mode (-servers): see fleet.go.
+	servers                         int
+	redisAddr                       string
+	gpuTokens, cpuTokens, redisToks int64 // 0 stands for unlimited until resolved
 }
+
+// fleetFlags are the flags only the fleet mode reads; singleFlags those it
+// does not.
+var (
+	fleetFlags  = []string{"redis", "gpu-tokens", "cpu-tokens", "redis-tokens"}
+	singleFlags = []string{"capacity-tokens", "policy", "svg", "retention-alpha", "retention-beta"}
+)
 
 // errUsage reports a bad flag value.
 var errUsage = errors.New("bad usage") // main prefixes "prefixreplay: "
@@ -45,6 +58,11 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.parallel, "parallel", 0, "settings simulated at once (0 = GOMAXPROCS)")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object per result row instead of a table")
 	fs.StringVar(&o.svg, "svg", "", "write a plot of block hit ratio vs capacity to this file")
+	fs.IntVar(&o.servers, "servers", 0, "fleet mode: replay through this many servers behind a round-robin router (request i to server i%N), without and with a shared Redis tier (0 = the single-cache report)")
+	fs.StringVar(&o.redisAddr, "redis", os.Getenv("KVTIER_REDIS_ADDR"), "fleet mode: host:port of the Redis the servers share (default $KVTIER_REDIS_ADDR; empty skips the shared configuration)")
+	gpu := fs.String("gpu-tokens", "1M", "fleet mode: GPU tier of each server, in tokens")
+	cpu := fs.String("cpu-tokens", "2M", "fleet mode: CPU tier of each server, in tokens")
+	redisToks := fs.String("redis-tokens", "unlimited", "fleet mode: Redis tier of each server, in tokens (\"unlimited\" holds every block of the replayed requests)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -54,7 +72,34 @@ func parseFlags(args []string) (options, error) {
 	if o.limit < 0 {
 		return o, fmt.Errorf("%w: -limit %d is negative", errUsage, o.limit)
 	}
+	if o.servers < 0 {
+		return o, fmt.Errorf("%w: -servers %d is negative", errUsage, o.servers)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var err error
+	if o.servers > 0 {
+		for _, name := range singleFlags {
+			if set[name] {
+				return o, fmt.Errorf("%w: -%s does not apply with -servers (each server's tiers use LRU)", errUsage, name)
+			}
+		}
+		for _, f := range []struct {
+			name string
+			s    string
+			dst  *int64
+		}{{"gpu-tokens", *gpu, &o.gpuTokens}, {"cpu-tokens", *cpu, &o.cpuTokens}, {"redis-tokens", *redisToks, &o.redisToks}} {
+			if *f.dst, err = parseTokens(f.s); err != nil {
+				return o, fmt.Errorf("-%s: %w", f.name, err)
+			}
+		}
+		return o, nil
+	}
+	for _, name := range fleetFlags {
+		if set[name] {
+			return o, fmt.Errorf("%w: -%s needs -servers", errUsage, name)
+		}
+	}
 	if o.capacities, err = parseCapacities(*caps); err != nil {
 		return o, err
 	}

@@ -10,7 +10,10 @@
 //
 // Requests run in file order, one at a time (batch size 1): Acquire matches
 // the longest cached prefix and pins the request's blocks, then Release
-// leaves them cached for the policy to evict. See README.md.
+// leaves them cached for the policy to evict. With -servers N it replays
+// the trace through N servers behind a round-robin router instead, each
+// with its own GPU and CPU tiers, then again with a Redis tier they share
+// (fleet.go). See README.md.
 package main
 
 import (
@@ -24,15 +27,19 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout); err != nil {
+	if err := runTo(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "prefixreplay:", err)
 		os.Exit(1)
 	}
 }
 
-// run parses args, replays the trace for every (policy, capacity) pair and
-// writes the report to stdout.
-func run(args []string, stdout io.Writer) error {
+// run is runTo with notes to the process's standard error.
+func run(args []string, stdout io.Writer) error { return runTo(args, stdout, os.Stderr) }
+
+// runTo parses args, replays the trace for every (policy, capacity) pair,
+// or with -servers through a fleet of servers (fleet.go), and writes the
+// report to stdout; stderr gets notes (a skipped configuration).
+func runTo(args []string, stdout, stderr io.Writer) error {
 	o, err := parseFlags(args)
 	if err != nil {
 		return err
@@ -41,8 +48,12 @@ func run(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	total := len(reqs)
 	if o.limit > 0 && o.limit < len(reqs) {
 		reqs = reqs[:o.limit]
+	}
+	if o.servers > 0 {
+		return runFleet(o, reqs, total, stdout, stderr)
 	}
 	b := unlimitedBound(reqs)
 	var settings []setting
