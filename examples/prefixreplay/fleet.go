@@ -45,6 +45,10 @@ import (
 const (
 	configLocal  = "local"
 	configShared = "shared-redis"
+	// configPrivate gives each server a Redis tier of its own (its own
+	// key prefix): the same capacity as shared-redis without the
+	// sharing, the control that tells the two apart.
+	configPrivate = "private-redis"
 )
 
 // redisTier is the tier of the shared store, below the GPU and the CPU.
@@ -69,6 +73,7 @@ type fleetSetup struct {
 	gpuUnits, cpuUnits     int64
 	redisUnits             int64 // 0: no shared tier
 	redisAddr, redisPrefix string
+	private                bool // each server its own prefix: redisPrefix-p<id>
 	seed                   uint64
 	layout                 *layout.Layout // one unit per block
 	fingerprint            uint64
@@ -179,7 +184,11 @@ func newFleetServer(s fleetSetup, id int) (*fleetServer, error) {
 	srv := &fleetServer{mem: mem, row: fleetRow{Config: s.config, Server: strconv.Itoa(id)}}
 	stores := map[kvcache.Tier]tierstore.Store{}
 	if s.redisUnits > 0 {
-		srv.store, err = redisstore.Open(redisstore.Options{Addrs: []string{s.redisAddr}, Prefix: s.redisPrefix,
+		prefix := s.redisPrefix
+		if s.private {
+			prefix = privatePrefix(s.redisPrefix, id)
+		}
+		srv.store, err = redisstore.Open(redisstore.Options{Addrs: []string{s.redisAddr}, Prefix: prefix,
 			Fingerprint: s.fingerprint, TTL: redisKeyTTL})
 		if err != nil {
 			return nil, err
@@ -395,6 +404,10 @@ func redisClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 2 * time.Second, MaxRetries: -1})
 }
 
+// privatePrefix is the key prefix of server id in the private-redis
+// configuration.
+func privatePrefix(shared string, id int) string { return shared + "-p" + strconv.Itoa(id) }
+
 // deleteKeys deletes every key of the run (prefix:*) with SCAN and DEL,
 // never FLUSHDB: the server may be shared. It returns how many it deleted.
 func deleteKeys(ctx context.Context, c *redis.Client, prefix string) (int, error) {
@@ -430,6 +443,7 @@ type fleetReport struct {
 	redisTokens       int64
 	unitBytes         int64
 	redisAddr, prefix string
+	prefixes          []string // every key prefix of the run
 	keysDeleted       int
 	rows              []fleetRow
 	configs           []string
@@ -483,8 +497,15 @@ func runFleet(o options, reqs []request, total int, stdout, stderr io.Writer) er
 		shared.redisUnits = resolve(o.redisToks)
 		shared.redisAddr = o.redisAddr
 		shared.redisPrefix = "kvt-prefixreplay-" + hex.EncodeToString(nonce[:])
-		setups = append(setups, shared)
+		private := shared
+		private.config, private.private = configPrivate, true
+		setups = append(setups, shared, private)
 		rep.redis, rep.redisAddr, rep.prefix = shared.redisUnits, o.redisAddr, shared.redisPrefix
+		prefixes := []string{shared.redisPrefix}
+		for id := range o.servers {
+			prefixes = append(prefixes, privatePrefix(shared.redisPrefix, id))
+		}
+		rep.prefixes = prefixes
 		// Whatever fails, the run's keys go.
 		defer func() {
 			if cleaned {
@@ -492,8 +513,10 @@ func runFleet(o options, reqs []request, total int, stdout, stderr io.Writer) er
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			if _, err := deleteKeys(ctx, client, shared.redisPrefix); err != nil {
-				fmt.Fprintf(stderr, "prefixreplay: deleting the run's keys %s:* from %s: %v\n", shared.redisPrefix, o.redisAddr, err)
+			for _, p := range prefixes {
+				if _, err := deleteKeys(ctx, client, p); err != nil {
+					fmt.Fprintf(stderr, "prefixreplay: deleting the run's keys %s:* from %s: %v\n", p, o.redisAddr, err)
+				}
 			}
 		}()
 	}
@@ -521,13 +544,15 @@ func runFleet(o options, reqs []request, total int, stdout, stderr io.Writer) er
 	}
 	if client != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		n, err := deleteKeys(ctx, client, rep.prefix)
-		cancel()
-		cleaned = err == nil
-		if err != nil {
-			return fmt.Errorf("deleting the run's keys %s:* from %s: %w", rep.prefix, o.redisAddr, err)
+		defer cancel()
+		for _, p := range rep.prefixes {
+			n, err := deleteKeys(ctx, client, p)
+			if err != nil {
+				return fmt.Errorf("deleting the run's keys %s:* from %s: %w", p, o.redisAddr, err)
+			}
+			rep.keysDeleted += n
 		}
-		rep.keysDeleted = n
+		cleaned = true
 	}
 	if o.json {
 		return jsonlines.Write(stdout, rep.rows)

@@ -22,6 +22,7 @@ func (rep fleetReport) writeText(w io.Writer) error {
 	if rep.redis > 0 {
 		fmt.Fprintf(w, "shared-redis: plus a Redis tier of %s (%d blocks) per server, write-through, Lookup before Acquire; Redis %s, keys %s:*\n",
 			tokensLabel(rep.redisTokens), rep.redis, rep.redisAddr, rep.prefix)
+		fmt.Fprintln(w, "private-redis: the same, but each server's keys under a prefix of its own: the capacity without the sharing")
 	} else {
 		fmt.Fprintln(w, "shared-redis: skipped (no Redis: set -redis or KVTIER_REDIS_ADDR)")
 	}
@@ -50,6 +51,14 @@ func (rep fleetReport) writeText(w io.Writer) error {
 		}
 	}
 	fmt.Fprintln(w)
+	if private, ok := rep.totalOf(configPrivate); ok {
+		if shared, ok := rep.totalOf(configShared); ok {
+			local, _ := rep.totalOf(configLocal)
+			fmt.Fprintf(w, "private-redis reuses %.2f%% of prompt tokens: of shared-redis's gain over local, %.1f%% is the Redis tier's capacity, %.1f%% the sharing\n",
+				100*private.TokenHitRatio, 100*ratio(private.ReusedTokens-local.ReusedTokens, shared.ReusedTokens-local.ReusedTokens),
+				100*ratio(shared.ReusedTokens-private.ReusedTokens, shared.ReusedTokens-local.ReusedTokens))
+		}
+	}
 	local, shared, ok := rep.totals()
 	if ok {
 		fmt.Fprintf(w, "shared-redis reuses %d more tokens than local (%+.1f%%): %.2f%% of prompt tokens vs %.2f%% (unlimited single cache: %.2f%%)\n",
@@ -57,7 +66,7 @@ func (rep fleetReport) writeText(w io.Writer) error {
 			100*shared.TokenHitRatio, 100*local.TokenHitRatio, 100*ratio(b.tokenHits, b.tokens))
 		fmt.Fprintf(w, "of the %d blocks loaded from Redis, %d were adopted (first computed by the other server), %d had been on the loading server before (evicted from its GPU and CPU)\n",
 			shared.RedisLoads, shared.AdoptedUnits, shared.RedisLoads-min(shared.RedisLoads, shared.AdoptedUnits))
-		fmt.Fprintf(w, "redis: %d keys of the run deleted afterwards (SCAN %s:* + DEL)\n", rep.keysDeleted, rep.prefix)
+		fmt.Fprintf(w, "redis: %d keys of the run deleted afterwards (SCAN %s:* and the private prefixes + DEL)\n", rep.keysDeleted, rep.prefix)
 	}
 	var times []string
 	for _, r := range rep.rows {
@@ -67,6 +76,16 @@ func (rep fleetReport) writeText(w io.Writer) error {
 	}
 	_, err := fmt.Fprintf(w, "time: %.1fs (%s), %d at a time\n", rep.elapsed.Seconds(), strings.Join(times, ", "), rep.parallel)
 	return err
+}
+
+// totalOf returns the total row of configuration config, if it ran.
+func (rep fleetReport) totalOf(config string) (fleetRow, bool) {
+	for _, r := range rep.rows {
+		if r.Server == "total" && r.Config == config {
+			return r, true
+		}
+	}
+	return fleetRow{}, false
 }
 
 // totals returns the total rows of both configurations, if both ran.

@@ -54,11 +54,11 @@ func TestFleetSharedRedisReusesMore(t *testing.T) {
 	var out, errOut bytes.Buffer
 	require.NoError(t, runTo(fleetArgs("-redis", addr, "-json"), &out, &errOut))
 	rows := parseFleetRows(t, out.Bytes())
-	require.Len(t, rows, 6, "two servers and their total, per configuration")
+	require.Len(t, rows, 9, "two servers and their total, per configuration")
 	b := unlimitedBound(reqs)
 	totals := map[string]fleetRow{}
 	for i, r := range rows {
-		assert.Equal(t, []string{configLocal, configShared}[i/3], r.Config)
+		assert.Equal(t, []string{configLocal, configShared, configPrivate}[i/3], r.Config)
 		assert.Equal(t, []string{"0", "1", "total"}[i%3], r.Server)
 		assert.Zero(t, r.ByteMismatches, "%s %s: bytes served wrong", r.Config, r.Server)
 		assert.Zero(t, r.FailedLoads+r.MissingLoads+r.CorruptLoads, "%s %s: failed loads", r.Config, r.Server)
@@ -74,6 +74,10 @@ func TestFleetSharedRedisReusesMore(t *testing.T) {
 	assert.Equal(t, b.tokens, local.PromptTokens)
 	assert.Equal(t, b.tokens, shared.PromptTokens)
 	assert.Greater(t, shared.ReusedTokens, local.ReusedTokens, "the shared tier must add reuse")
+	private := totals[configPrivate]
+	assert.Less(t, private.AdoptedUnits, shared.AdoptedUnits, "a private tier adopts only what its own server wrote")
+	assert.GreaterOrEqual(t, private.ReusedTokens, local.ReusedTokens, "a private tier adds capacity")
+	assert.Greater(t, shared.ReusedTokens, private.ReusedTokens, "sharing adds reuse beyond capacity")
 	assert.Zero(t, local.RedisLoads+local.AdoptedUnits)
 	assert.Positive(t, shared.AdoptedUnits, "a server adopted what the other published")
 	assert.Positive(t, shared.RedisLoads)
