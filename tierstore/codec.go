@@ -152,16 +152,14 @@ func Decode(value []byte, fp uint64, k kvcache.UnitKey, dst []byte) error {
 	if len(value) != want {
 		return corrupt(k, "value of %d bytes, want %d", len(value), want)
 	}
-	var hdr [256]byte
-	exp := appendHeader(hdr[:0], fp, k)
-	if got := body[:len(exp)]; string(got) != string(exp) {
-		return corrupt(k, "header names another unit (%s)", headerDiff(got, exp))
+	n, field := matchHeader(body, fp, k)
+	if field != "" {
+		return corrupt(k, "header names another unit (its %s differs)", field)
 	}
-	n := binary.LittleEndian.Uint64(body[len(exp):])
-	if n != uint64(len(dst)) {
-		return corrupt(k, "payload of %d bytes, want %d", n, len(dst))
+	if got := binary.LittleEndian.Uint64(body[n:]); got != uint64(len(dst)) {
+		return corrupt(k, "payload of %d bytes, want %d", got, len(dst))
 	}
-	copy(dst, body[len(exp)+8:])
+	copy(dst, body[n+8:])
 	return nil
 }
 
@@ -169,16 +167,78 @@ func corrupt(k kvcache.UnitKey, format string, args ...any) error {
 	return fmt.Errorf("%w: block %016x slice %d: %s", kvcache.ErrUnitCorrupt, k.Hash, k.Slice, fmt.Sprintf(format, args...))
 }
 
-// headerDiff names the first field where header got differs from exp.
-func headerDiff(got, exp []byte) string {
-	fields := []struct {
-		name string
-		end  int
-	}{{"magic", 4}, {"fingerprint", 12}, {"flags", 13}, {"hash", 21}, {"parent", 29}, {"unit", 37}, {"depth", 41}, {"slice", 45}}
-	for _, f := range fields {
-		if string(got[:f.end]) != string(exp[:f.end]) {
-			return f.name
+// matchHeader compares the header at the start of body, whose length
+// Decode checked against HeaderSize(k), with the one appendHeader writes
+// for k, field by field (no copy of it is built: a header holds a whole
+// block's tokens). It returns the header's length, or the first field
+// that differs.
+func matchHeader(body []byte, fp uint64, k kvcache.UnitKey) (int, string) {
+	var flags byte
+	if k.Shared {
+		flags |= flagShared
+	}
+	if k.HasParent {
+		flags |= flagHasParent
+	}
+	var unit uint64
+	if !k.Shared {
+		unit = uint64(k.Unit)
+	}
+	r := body
+	u64 := func(v uint64) bool {
+		ok := binary.LittleEndian.Uint64(r) == v
+		r = r[8:]
+		return ok
+	}
+	u32 := func(v uint32) bool {
+		ok := binary.LittleEndian.Uint32(r) == v
+		r = r[4:]
+		return ok
+	}
+	str := func(s string) bool {
+		if !u32(uint32(len(s))) {
+			return false
+		}
+		ok := string(r[:len(s)]) == s
+		r = r[len(s):]
+		return ok
+	}
+	switch {
+	case string(r[:4]) != string(magic[:]):
+		return 0, "magic"
+	case !func() bool { r = r[4:]; return u64(fp) }():
+		return 0, "fingerprint"
+	case r[0] != flags:
+		return 0, "flags"
+	case !func() bool { r = r[1:]; return u64(k.Hash) }():
+		return 0, "hash"
+	case !u64(k.Parent):
+		return 0, "parent"
+	case !u64(unit):
+		return 0, "unit"
+	case !u32(uint32(k.Depth)):
+		return 0, "depth"
+	case !u32(uint32(k.Slice)):
+		return 0, "slice"
+	case !str(k.Keys.Namespace):
+		return 0, "namespace"
+	case !str(k.Keys.LoRA):
+		return 0, "LoRA"
+	case !u32(uint32(len(k.Tokens))):
+		return 0, "token count"
+	}
+	for _, t := range k.Tokens {
+		if !u32(t) {
+			return 0, "tokens"
 		}
 	}
-	return "keys, tokens or extra keys"
+	if !u32(uint32(len(k.Extra))) {
+		return 0, "extra key count"
+	}
+	for _, x := range k.Extra {
+		if !u64(uint64(x.Pos)) || !u64(x.Value) {
+			return 0, "extra keys"
+		}
+	}
+	return len(body) - len(r), ""
 }
