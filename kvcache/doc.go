@@ -134,9 +134,21 @@
 // prefix up ahead of its Acquire, and Request.MaxLoadTokens caps how much
 // of one request loads at once. TierConfig.WriteThrough copies committed
 // units to a tier below early, so that evicting them to it later is free
-// (and, on a shared store, so that other servers can load them at once). MoverEngine adapts a Mover that only
-// enqueues; AsyncMemoryStore is an engine over Go memory for tests and
-// simulations.
+// (and, on a shared store, so that other servers can load them at once).
+// MoverEngine adapts a Mover that only enqueues; AsyncMemoryStore is an
+// engine over Go memory for tests and simulations.
+//
+// # Stores below the CPU
+//
+// A tier below the CPU may keep its bytes in a store that names units by
+// content (a directory, a Redis shared by servers; package tierstore). A
+// KeyedEngine receives the identity of every unit it moves (UnitKey), so
+// the store can name it and check it on the way back; a unit the store
+// lacks or holds corrupt fails its load (ErrUnitMissing, ErrUnitCorrupt)
+// and is recomputed, never served. What another server (or this one's
+// previous process) stored is unknown to the cache until Adopt registers
+// it: UnitKeys gives a request's identities for a lookup in the store, and
+// Adopt enters the prefix the store holds on its tier, metadata only.
 //
 // # Cost
 //
