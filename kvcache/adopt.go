@@ -27,7 +27,11 @@ import (
 // cannot place whole. It returns how many of the blocks the cache holds
 // whole afterwards, from the first (every one of them when all fit).
 //
-// Adopt returns an error wrapping ErrInvalidRequest for bad keys, ErrOutOfRange
+// Adopt needs a cache whose Engine is a KeyedEngine that keeps tier t in a
+// store (KeyedEngine.Stores; a Mover or engine with the same Stores method
+// is asked too, as a test double that plays the store), or one that moves
+// no bytes at all (neither Mover nor Engine: a simulation). It returns an error wrapping
+// ErrInvalidRequest for another tier or cache, and for bad keys, ErrOutOfRange
 // when t is not a tier below the GPU or blocks is negative or more than
 // the prompt's full blocks, and ErrPolicy when a policy broke its
 // contract (the cache is then unusable, see ErrPolicy, and the units
@@ -47,17 +51,39 @@ func (c *Cache) Adopt(req Request, blocks int, t Tier) (_ int, err error) {
 	if full := len(req.Tokens) / B; blocks < 0 || blocks > full {
 		return 0, fmt.Errorf("%w: %d blocks to adopt, the prompt has %d full blocks", ErrOutOfRange, blocks, full)
 	}
+	if !c.adoptable(t) {
+		return 0, fmt.Errorf("%w: tier %d (%s) is not a store the engine addresses by unit identity (KeyedEngine.Stores): its slots would be served as they are", ErrInvalidRequest, t, c.tiers.levels[t-1].name)
+	}
 	keys, nodes, err := c.match(&req)
 	if err != nil {
 		return 0, err
 	}
-	plan := c.planAdoption(nodes, blocks, t)
-	if len(plan.units) == 0 {
+	if plan := c.planAdoption(nodes, blocks, t); len(plan.units) == 0 {
 		return plan.blocks, nil
 	}
 	c.begin(nil)
 	c.tx.executing = true
 	c.beginPolicies()
+	// The units on t of the blocks counted on stay there: the room this
+	// takes on the last tier is not theirs.
+	for _, n := range nodes[:min(blocks, len(nodes))] {
+		for sl := range c.geom.slices {
+			u := c.units.id(n.Value, sl)
+			if st := c.units.of(u); st.tier == t && !c.tiers.arena(t, c.poolOf(u)).txPinned[st.slot] {
+				c.pinResident(u, t, c.poolOf(u))
+				c.tx.temps = append(c.tx.temps, tempPin{u: u, tier: t})
+			}
+		}
+	}
+	if c.poisoned != nil {
+		// A policy broke while told of the pins.
+		return 0, c.abort(c.poisoned)
+	}
+	plan := c.planAdoption(nodes, blocks, t)
+	if len(plan.units) == 0 {
+		c.commit()
+		return plan.blocks, nil
+	}
 	for i := range plan.units {
 		pu := &plan.units[i]
 		if pu.b < 0 {
@@ -193,6 +219,25 @@ func (c *Cache) planAdoption(nodes []*radix.Node[int32], blocks int, t Tier) ado
 	}
 	return plan
 }
+
+// adoptable reports whether Adopt may register units on tier t: a tier
+// the engine keeps in a store that checks what it serves (or that the
+// Mover or engine says it does, see storeTiers), or any tier of a cache
+// that moves no bytes (a simulation).
+func (c *Cache) adoptable(t Tier) bool {
+	var mover any = c.mover
+	if c.engine != nil {
+		mover = c.engine
+	}
+	if s, ok := mover.(storeTiers); ok {
+		return s.Stores(t)
+	}
+	return mover == nil
+}
+
+// storeTiers is what a KeyedEngine (or a test's Mover playing a store)
+// says of the tiers it keeps in stores.
+type storeTiers interface{ Stores(t Tier) bool }
 
 // adoptSlot returns a slot of tier t in pool p for Adopt: a free one, or,
 // on the last tier, one a victim leaves (dropped).

@@ -73,6 +73,19 @@ func TestAdoptBadInput(t *testing.T) {
 	_, err = c.Adopt(Request{Tokens: prompt, Extra: []radix.ExtraKey{{Pos: 5}, {Pos: 1}}}, 1, 3)
 	require.ErrorIs(t, err, ErrInvalidRequest)
 	require.Zero(t, c.Stats().Blocks)
+
+	// A cache that moves bytes by slot (a Mover, an engine that is not
+	// keyed) would serve adopted units as whatever their slots hold.
+	mem, err := NewMemoryStore(l, threeTiers(16, 16, 16))
+	require.NoError(t, err)
+	for _, cfg := range []Config{{Mover: mem}, {Engine: MoverEngine(mem)}} {
+		cfg.Layout, cfg.Tiers = l, threeTiers(16, 16, 16)
+		c, err := New(cfg)
+		require.NoError(t, err)
+		_, err = c.Adopt(Request{Tokens: prompt}, 1, 3)
+		require.ErrorIs(t, err, ErrInvalidRequest)
+		require.ErrorContains(t, err, "tier 3")
+	}
 }
 
 // TestAdoptRoom: a tier above the last takes free slots only; the last
@@ -121,6 +134,8 @@ type keyedEngine struct {
 }
 
 func (e *keyedEngine) Start([]Copy, func(error)) { panic("Start called on a KeyedEngine") }
+
+func (e *keyedEngine) Stores(t Tier) bool { return t == 3 }
 
 func (e *keyedEngine) StartKeyed(copies []Copy, keys []UnitKey, done func(error)) {
 	e.keys = append(e.keys, keys...)
@@ -264,4 +279,32 @@ func TestAdoptAcrossCaches(t *testing.T) {
 	require.NoError(t, c.checkInvariants())
 	require.NoError(t, c.Release(plan.Seq))
 	require.True(t, errors.Is(fmt.Errorf("x: %w", ErrUnitMissing), ErrUnitMissing))
+}
+
+// TestAdoptDoesNotEvictItsOwnPrefix: on the last tier Adopt makes room by
+// evicting, but not the units of the blocks it counts on: adopting block 2
+// of a prompt whose block 1 fills the tier adopts nothing, and Adopt says
+// how many blocks are whole from the first. (A review found block 1
+// dropped to make room for block 2, and 2 reported.)
+func TestAdoptDoesNotEvictItsOwnPrefix(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil) // 2 units per block
+	c, err := New(Config{Layout: l, Tiers: threeTiers(16, 4, 2)})
+	require.NoError(t, err)
+	prompt := seqTokens(8, 1)
+	n, err := c.Adopt(Request{Tokens: prompt}, 1, 3)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+
+	n, err = c.Adopt(Request{Tokens: prompt}, 2, 3)
+	require.NoError(t, err)
+	require.NoError(t, c.checkInvariants())
+	req := Request{Tokens: prompt}
+	_, nodes, err := c.match(&req)
+	require.NoError(t, err)
+	whole := 0
+	for whole < len(nodes) && c.whole(nodes[whole].Value) {
+		whole++
+	}
+	t.Logf("Adopt returned %d; blocks whole from the first: %d; tier 3 drops %d", n, whole, c.Stats().Tier(3).Drops)
+	require.Equal(t, n, whole, "Adopt said the cache holds %d blocks whole from the first", n)
 }

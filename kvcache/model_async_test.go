@@ -34,6 +34,9 @@ type startedTransfer struct {
 	done   func(error)
 }
 
+// Stores: see faultyMover.Stores.
+func (e *manualEngine) Stores(t Tier) bool { return t > GPU }
+
 func (e *manualEngine) Start(copies []Copy, done func(error)) {
 	require.NotEmpty(e.h.t, copies, "step %d: a transfer without copies", e.h.steps)
 	if e.h.choose(6) == 0 {

@@ -45,6 +45,11 @@ var errInjected = errors.New("injected copy failure")
 // faultyMover fails the next batch when armed: having copied nothing, or,
 // with panics set, by panicking after its first copy (a Mover with a bug:
 // its writes are unknown).
+// Stores says that the harness plays the store behind every tier below
+// the GPU (storeAdopted writes what Adopt registers), so that Adopt may
+// register units there.
+func (m *faultyMover) Stores(t Tier) bool { return t > GPU }
+
 type faultyMover struct {
 	inner   Mover
 	armed   bool

@@ -548,10 +548,12 @@ func (c *Cache) finishCopy(tr *transfer, m move, err error) {
 	c.unhold(m.src)
 }
 
-// countUnreadable counts unit u, whose load from tier t failed with err,
-// when err says its store lacked it or held corrupt bytes.
+// countUnreadable counts unit u, whose load from store tier t failed with
+// err, when err says the store lacked it or held corrupt bytes.
 func (c *Cache) countUnreadable(t Tier, u UnitID, err error) {
-	if t == GPU {
+	if c.keyed == nil || !c.keyed.Stores(t) {
+		// A memory tier in the same failed transfer: its load did not
+		// miss (the engine reports one error per transfer).
 		return
 	}
 	a := c.tiers.arena(t, c.poolOf(u))

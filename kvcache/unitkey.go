@@ -56,22 +56,35 @@ type UnitKey struct {
 // ErrUnitMissing, and one whose stored bytes fail their check (a header
 // naming another unit, a bad checksum, a short value) with one wrapping
 // ErrUnitCorrupt. The cache treats both as any failed load (the units are
-// recomputed, see Cache.Poll) and counts them on the tier they were read
-// from (TierStats.Missing, TierStats.Corrupt).
+// recomputed, see Cache.Poll) and counts them on the store tier they were
+// read from (TierStats.Missing, TierStats.Corrupt).
+//
+// Stores reports whether the engine keeps tier t's bytes in such a store:
+// Cache.Adopt registers units only on those tiers (bytes in memory, read
+// by slot with no check, would be served as whatever the slot holds).
 type KeyedEngine interface {
 	TransferEngine
 	StartKeyed(copies []Copy, keys []UnitKey, done func(error))
+	Stores(t Tier) bool
 }
 
 // unitKeys returns the identity of the unit each of copies moves, in a
-// new slice (the engine keeps it until done): the unit that owns the copy's destination slot (a load, a copy
-// or a move down fills its destination for that unit at plan time and
-// holds it until the transfer is done), or, for a copy-on-write into a
-// sequence's private block, the cached block it copies (its twin).
+// new slice (the engine keeps it until done). A copy into the GPU (a load,
+// a copy-on-write) is named by the owner of its source slot: the loaded
+// unit stays there until its load is done, and a copy-on-write reads a
+// cached block's unit (its destination belongs to a private block with no
+// content identity). A copy down the tiers (a move down, a backup) is
+// named by the owner of its destination slot, reserved for the unit until
+// the transfer is done: its source slot may already belong to the unit
+// that refills it.
 func (c *Cache) unitKeys(copies []Copy) []UnitKey {
 	keys := make([]UnitKey, len(copies))
 	for i, cp := range copies {
-		keys[i] = c.unitKey(c.tiers.arena(cp.To, cp.Pool).owner[cp.ToSlot], cp.Pool)
+		if cp.To == GPU {
+			keys[i] = c.unitKey(c.tiers.arena(cp.From, cp.Pool).owner[cp.FromSlot], cp.Pool)
+		} else {
+			keys[i] = c.unitKey(c.tiers.arena(cp.To, cp.Pool).owner[cp.ToSlot], cp.Pool)
+		}
 	}
 	return keys
 }

@@ -151,6 +151,10 @@ func (e *Engine) Close() {
 	e.wg.Wait()
 }
 
+// Stores reports whether the engine keeps tier t's bytes in a Store (see
+// kvcache.KeyedEngine).
+func (e *Engine) Stores(t kvcache.Tier) bool { return e.cfg.Stores[t] != nil }
+
 // StoreCalls returns how many Store calls the engine made and how many of
 // them failed.
 func (e *Engine) StoreCalls() (calls, failed uint64) { return e.calls.Load(), e.failures.Load() }

@@ -132,7 +132,7 @@ func (s *Store) Get(ctx context.Context, keys []kvcache.UnitKey, dst [][]byte) e
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, redis.Nil) && !tooSmall(err) {
+	if err != nil && !errors.Is(err, redis.Nil) && !tooSmall(err) && !wrongType(err) {
 		// The pipeline failed as a whole (a connection that could not
 		// be made or authenticated leaves its commands without errors
 		// of their own).
@@ -143,7 +143,8 @@ func (s *Store) Get(ctx context.Context, keys []kvcache.UnitKey, dst [][]byte) e
 		switch {
 		case errors.Is(cerr, redis.Nil):
 			return fmt.Errorf("%w: redisstore: %s", kvcache.ErrUnitMissing, s.Key(keys[i]))
-		case cerr != nil && tooSmall(cerr):
+		case cerr != nil && (tooSmall(cerr) || wrongType(cerr)):
+			// Another value than a unit's under its key.
 			return fmt.Errorf("%w: redisstore: %s: %v", kvcache.ErrUnitCorrupt, s.Key(keys[i]), cerr)
 		case cerr != nil:
 			return fmt.Errorf("%w: redisstore: GET of %d units, %s: %w", tierstore.ErrUnavailable, len(keys), s.Key(keys[i]), cerr)
@@ -159,6 +160,10 @@ func (s *Store) Get(ctx context.Context, keys []kvcache.UnitKey, dst [][]byte) e
 // small": the stored value is longer than the unit's (the client drained
 // the reply, so the connection is fine).
 func tooSmall(err error) bool { return strings.Contains(err.Error(), "buffer too small") }
+
+// wrongType reports whether err is the server's reply to a GET of a key
+// that holds another type than a string.
+func wrongType(err error) bool { return strings.HasPrefix(err.Error(), "WRONGTYPE") }
 
 // Contains implements tierstore.Store: one pipeline of EXISTS, one key
 // each (so that a cluster answers each from its node).

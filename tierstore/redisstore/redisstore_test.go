@@ -136,6 +136,9 @@ func TestPlantedValuesAreNeverServed(t *testing.T) {
 			require.ErrorIs(t, store.Get(ctx, keys[1:2], dst), kvcache.ErrUnitCorrupt)
 			require.ErrorIs(t, store.Get(ctx, keys[4:5], dst), kvcache.ErrUnitCorrupt)
 			require.ErrorIs(t, store.Get(ctx, keys[7:8], dst), kvcache.ErrUnitMissing)
+			listKey := kvcache.UnitKey{Shared: true, Hash: 12345, Depth: 1}
+			require.NoError(t, raw.RPush(ctx, store.Key(listKey), "not a string").Err())
+			require.ErrorIs(t, store.Get(ctx, []kvcache.UnitKey{listKey}, dst), kvcache.ErrUnitCorrupt, "a list under a unit's key")
 
 			// A second server adopts what the lookup finds (blocks 0 to
 			// 2: block 3 lacks unit 7) and recomputes what fails.
