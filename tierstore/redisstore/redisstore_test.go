@@ -359,3 +359,55 @@ func TestACL(t *testing.T) {
 	defer other.Close()
 	require.ErrorIs(t, other.Put(ctx, []kvcache.UnitKey{k}, [][]byte{[]byte("abcd")}), tierstore.ErrUnavailable)
 }
+
+// maskedStore keeps only the low bits of every block hash in what it
+// hands the store, so that different blocks collide on one key: the
+// 64-bit collision the header check exists for, made frequent.
+type maskedStore struct {
+	tierstore.Store
+	mask uint64
+}
+
+func (m maskedStore) masked(keys []kvcache.UnitKey) []kvcache.UnitKey {
+	out := make([]kvcache.UnitKey, len(keys))
+	for i, k := range keys {
+		k.Hash &= m.mask
+		out[i] = k
+	}
+	return out
+}
+
+func (m maskedStore) Put(ctx context.Context, keys []kvcache.UnitKey, values [][]byte) error {
+	return m.Store.Put(ctx, m.masked(keys), values)
+}
+
+func (m maskedStore) Get(ctx context.Context, keys []kvcache.UnitKey, dst [][]byte) error {
+	return m.Store.Get(ctx, m.masked(keys), dst)
+}
+
+func (m maskedStore) Contains(ctx context.Context, keys []kvcache.UnitKey) ([]bool, error) {
+	return m.Store.Contains(ctx, m.masked(keys))
+}
+
+// TestMaskedHashCollisionsAreNeverServed: with block hashes masked to 4
+// bits in the store, two servers sharing Redis overwrite each other's
+// values under colliding keys all the time; every byte they serve is
+// still right, the collisions are caught as corrupt and recomputed.
+func TestMaskedHashCollisionsAreNeverServed(t *testing.T) {
+	srv := servers(t)[0]
+	p := prefix(t, srv.addrs, false)
+	store := maskedStore{Store: open(t, srv, p, storetest.Fingerprint(t)), mask: 0xf}
+	cfg := storetest.Config{Store: store, GPU: 16, CPU: 8, Shared: 256, WriteThrough: true}
+	a, b := storetest.NewServer(t, cfg), storetest.NewServer(t, cfg)
+	for i := range 40 {
+		// Prompts that share a first block and differ after it.
+		req := kvcache.Request{Tokens: append(storetest.Tokens(4, 7), storetest.Tokens(8, uint32(1000*(i%10)))...)}
+		[]*storetest.Server{a, b}[i%2].Serve(t, req) // checks every byte
+		a.Drain(t)
+		b.Drain(t)
+	}
+	corrupt := a.Cache.Stats().Tier(3).Corrupt + b.Cache.Stats().Tier(3).Corrupt
+	loaded := a.Cache.Stats().Tier(3).Hits + b.Cache.Stats().Tier(3).Hits
+	t.Logf("units loaded from Redis %d, found corrupt (collisions) %d", loaded, corrupt)
+	require.Positive(t, corrupt, "masked hashes collide")
+}
