@@ -184,6 +184,21 @@ func (c *Cache) commitBlock(s *sequence, i int, parent *radix.Node[int32]) {
 		c.units.blocks[b].node = n
 		c.st.stored++
 		c.emitBlock(BlockStored, b, GPU)
+		// A unit the block lost while it was private (a windowed
+		// layer's unit out of the window, evicted while the commit
+		// waited for a transfer) made no event: a router learns it
+		// now, as if it had left the GPU after the store.
+		for sl := range c.geom.slices {
+			u := c.units.id(b, sl)
+			st := c.units.of(u)
+			to := st.tier
+			if st.flags&unitUnwritten != 0 {
+				to = Dropped
+			}
+			if to != GPU {
+				c.emitMove(u, GPU, to)
+			}
+		}
 		c.queueBackups(b)
 		return
 	}

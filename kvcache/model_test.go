@@ -515,7 +515,7 @@ func (h *harness) checkLedger() {
 			if st.flags&unitUnwritten != 0 {
 				want = Dropped // its load failed: reported dropped
 			}
-			require.Equal(h.t, want, tiers[sl], "step %d: router's tier of block %x slice %d", h.steps, n.Hash(), sl)
+			require.Equal(h.t, want, tiers[sl], "step %d (op %d): router's tier of block %x slice %d; flags %d backup %d busy %d", h.steps, h.op, n.Hash(), sl, st.flags, st.backup, st.busy)
 		}
 	}
 }
