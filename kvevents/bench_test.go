@@ -1,0 +1,55 @@
+package kvevents
+
+import "testing"
+
+// stepBatch models one scheduler step of 256 running sequences, each of
+// which filled one 16-token block.
+func stepBatch() Batch {
+	const seqs, blockSize = 256, 16
+	evs := make([]Event, seqs)
+	for s := range seqs {
+		tokens := make([]uint32, blockSize)
+		for i := range tokens {
+			tokens[i] = uint32(1000 + s*blockSize + i)
+		}
+		parent := uint64(0x9e3779b97f4a7c15) * uint64(s+1)
+		evs[s] = &BlockStored{
+			BlockHashes:     []uint64{parent ^ 0xdeadbeefcafebabe},
+			ParentBlockHash: &parent,
+			TokenIDs:        tokens,
+			BlockSize:       blockSize,
+			Medium:          MediumGPU,
+		}
+	}
+	return Batch{Timestamp: 1.7e9, Events: evs, DPRank: Ptr(0)}
+}
+
+func BenchmarkEncodeStep(b *testing.B) {
+	batch := stepBatch()
+	for _, o := range []EncoderOptions{
+		{Positional, HashInt}, {TaggedMap, HashInt}, {Positional, HashBytes},
+	} {
+		name := map[Encoding]string{Positional: "positional", TaggedMap: "taggedmap"}[o.Encoding] +
+			map[HashEncoding]string{HashInt: "_int", HashBytes: "_bytes"}[o.HashEncoding]
+		b.Run(name, func(b *testing.B) {
+			enc, err := NewEncoder(o)
+			if err != nil {
+				b.Fatal(err)
+			}
+			p, err := enc.Encode(batch)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(p)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := enc.Encode(batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(batch.Events))*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+			b.ReportMetric(float64(len(p)), "bytes/batch")
+		})
+	}
+}
