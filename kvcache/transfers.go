@@ -226,6 +226,20 @@ func (c *Cache) submit(s *sequence) int {
 			}
 		}
 	}
+	// A copy-on-write whose source this operation loads reads what that
+	// load writes: it waits for it, and fails with it. (Its chain's
+	// after could not name the load: loadBy is set above.)
+	for _, id := range t.submitted {
+		tr := x.byID[id]
+		for _, m := range tr.moves {
+			if m.kind != moveCopy {
+				continue
+			}
+			if src := c.units.of(m.src).loadBy; src != 0 && src < tr.id {
+				c.addDep(tr, src, true)
+			}
+		}
+	}
 	// Hits on units that other transfers bring: s waits for those too.
 	if s != nil {
 		for i := range t.needs {
