@@ -38,10 +38,13 @@ type Cache struct {
 	events eventLog            // events waiting for the sink and TakeEvents (eventlog.go)
 
 	// The user's code the cache calls (callbacks.go).
-	mover     Mover
-	engine    TransferEngine
-	keyed     KeyedEngine // engine, when it is one
-	xfer      transfers   // transfers in flight (transfers.go)
+	mover  Mover
+	engine TransferEngine
+	keyed  KeyedEngine // engine, when it is one
+	// media is, with events on, the tier each unit of each tree block
+	// was last reported on, by block record (see Medium, BlockMoved).
+	media     map[int32][]Tier
+	xfer      transfers // transfers in flight (transfers.go)
 	wt        writeThrough
 	decider   Decider
 	recompute *costmodel.Recompute
@@ -116,6 +119,9 @@ func New(cfg Config) (*Cache, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	c.events.init(cfg.Events, cfg.EventBuffer)
+	if c.events.enabled() {
+		c.media = make(map[int32][]Tier)
+	}
 	c.snap = c.stats()
 	return c, nil
 }

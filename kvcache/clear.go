@@ -37,6 +37,7 @@ func (c *Cache) Clear() (err error) {
 	}))
 	if c.events.enabled() {
 		c.events.emit(Event{Kind: AllCleared})
+		clear(c.media)
 	}
 	return nil
 }

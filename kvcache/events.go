@@ -1,6 +1,10 @@
 package kvcache
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/kvtier/kvtier/radix"
+)
 
 // EventKind says what an Event reports.
 type EventKind uint8
@@ -22,6 +26,12 @@ const (
 	UnitMoved
 	// AllCleared: Clear forgot every block.
 	AllCleared
+	// BlockMoved: the block's medium changed, From one To another (see
+	// Event.Medium): the block as a whole, so that a consumer that wants
+	// vLLM's block-level view need not count units. Hash, ParentHash,
+	// Namespace and LoRA are set. It follows the UnitMoved that changed
+	// it.
+	BlockMoved
 )
 
 // String returns the kind's name.
@@ -35,6 +45,8 @@ func (k EventKind) String() string {
 		return "moved"
 	case AllCleared:
 		return "cleared"
+	case BlockMoved:
+		return "block moved"
 	}
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
@@ -52,6 +64,11 @@ type Event struct {
 	// Tokens are the block's tokens (BlockStored only). The slice is the
 	// event's own copy.
 	Tokens []uint32
+	// BlockSize is the tokens per block, and Extra the block's extra
+	// keys with their positions in the sequence (BlockStored only; Extra
+	// is the event's own copy).
+	BlockSize int
+	Extra     []radix.ExtraKey
 	// Namespace and LoRA are the block's keys.
 	Namespace string
 	LoRA      string
@@ -59,8 +76,26 @@ type Event struct {
 	Slice int
 	Pool  int
 	// From and To are the unit's tiers before and after a UnitMoved
-	// event; To of a stored block is GPU, or the tier Adopt placed it on.
+	// event; To of a stored block is GPU, or the tier Adopt placed it on;
+	// for BlockMoved, the block's media before and after.
 	From, To Tier
+}
+
+// Medium is where a block is as a whole, as its events reported its
+// units: GPU when every unit is on the GPU, the lowest tier holding one of
+// its units when every unit holds bytes and some are below the GPU (that
+// tier bounds how fast the block loads), and Dropped when some unit holds
+// no bytes (the block is not reusable as it is). BlockStored gives a
+// block's first medium, BlockMoved every change, BlockRemoved its end.
+func Medium(units []Tier) Tier {
+	m := GPU
+	for _, t := range units {
+		if t == Dropped {
+			return Dropped
+		}
+		m = max(m, t)
+	}
+	return m
 }
 
 // emitMove queues a UnitMoved event for unit u.
@@ -77,6 +112,16 @@ func (c *Cache) emitMove(u UnitID, from, to Tier) {
 	s := c.units.slice(u)
 	c.events.emit(Event{Kind: UnitMoved, Hash: n.Hash(), ParentHash: ph, HasParent: hp,
 		Namespace: keys.Namespace, LoRA: keys.LoRA, Slice: s, Pool: c.geom.poolOfSlice(s), From: from, To: to})
+	units := c.media[c.units.block(u)]
+	if units == nil {
+		return
+	}
+	before := Medium(units)
+	units[s] = to
+	if after := Medium(units); after != before {
+		c.events.emit(Event{Kind: BlockMoved, Hash: n.Hash(), ParentHash: ph, HasParent: hp,
+			Namespace: keys.Namespace, LoRA: keys.LoRA, From: before, To: after})
+	}
 }
 
 // emitBlock queues a stored or removed event for block b; a stored
@@ -92,9 +137,19 @@ func (c *Cache) emitBlock(kind EventKind, b int32, to Tier) {
 	ph, hp := n.ParentHash()
 	keys := n.Keys()
 	e := Event{Kind: kind, Hash: n.Hash(), ParentHash: ph, HasParent: hp, Namespace: keys.Namespace, LoRA: keys.LoRA}
-	if kind == BlockStored {
+	switch kind {
+	case BlockStored:
 		e.Tokens = append([]uint32(nil), n.Tokens()...)
+		e.BlockSize = c.geom.blockTokens
+		e.Extra = append([]radix.ExtraKey(nil), n.Extra()...)
 		e.To = to
+		units := make([]Tier, c.geom.slices)
+		for i := range units {
+			units[i] = to
+		}
+		c.media[b] = units
+	case BlockRemoved:
+		delete(c.media, b)
 	}
 	c.events.emit(e)
 }

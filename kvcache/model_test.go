@@ -253,7 +253,9 @@ type harness struct {
 	// routed is the tier of each unit of each known block, by block hash,
 	// as a router replaying the events sees it.
 	routed map[uint64][]Tier
-	plans  ledger
+	// media is each block's medium as BlockStored and BlockMoved said.
+	media map[uint64]Tier
+	plans ledger
 	// counts of what happened, to show the test exercised each path
 	counts map[string]int
 	// chaos is the world of the chaos policies (nil without them);
@@ -280,7 +282,7 @@ func newHarness(t testing.TB, mc modelConfig, choose func(int) int) *harness {
 	require.NoError(t, err)
 	h := &harness{t: t, store: store, mover: &faultyMover{inner: store}, lay: l, choose: choose,
 		ref: map[SeqID]*refSeq{}, counts: map[string]int{}, clock: &eviction.ManualClock{},
-		routed: map[uint64][]Tier{}}
+		routed: map[uint64][]Tier{}, media: map[uint64]Tier{}}
 	cfg := Config{Layout: l, Tiers: mc.tiers(), Mover: h.mover, Recompute: mc.recompute, Decider: mc.decider,
 		Clock: h.clock, MaxBlocks: mc.maxBlocks, Events: func(e Event) {
 			h.events = append(h.events, e)
@@ -363,12 +365,22 @@ func (h *harness) route(e Event) {
 			tiers[i] = e.To
 		}
 		h.routed[e.Hash] = tiers
+		h.media[e.Hash] = e.To
+	case BlockMoved:
+		tiers, known := h.routed[e.Hash]
+		require.True(h.t, known, "step %d: block moved event for unknown block %x", h.steps, e.Hash)
+		require.Equal(h.t, h.media[e.Hash], e.From, "step %d: block %x moved from %s", h.steps, e.Hash, e.From)
+		require.Equal(h.t, Medium(tiers), e.To, "step %d: block %x moved to %s, its units say %s", h.steps, e.Hash, e.To, Medium(tiers))
+		require.NotEqual(h.t, e.From, e.To)
+		h.media[e.Hash] = e.To
 	case BlockRemoved:
 		_, known := h.routed[e.Hash]
 		require.True(h.t, known, "step %d: unknown block %x removed", h.steps, e.Hash)
 		delete(h.routed, e.Hash)
+		delete(h.media, e.Hash)
 	case AllCleared:
 		clear(h.routed)
+		clear(h.media)
 	default:
 		tiers, known := h.routed[e.Hash]
 		require.True(h.t, known, "step %d: %s event for unknown block %x", h.steps, e.Kind, e.Hash)
@@ -509,6 +521,7 @@ func (h *harness) checkLedger() {
 	for n := range c.tree.All() {
 		tiers, ok := h.routed[n.Hash()]
 		require.True(h.t, ok, "step %d: the router does not know block %x", h.steps, n.Hash())
+		require.Equal(h.t, Medium(tiers), h.media[n.Hash()], "step %d: block %x's medium as its BlockStored and BlockMoved events said", h.steps, n.Hash())
 		for sl := range c.geom.slices {
 			st := c.units.of(c.units.id(n.Value, sl))
 			want := st.tier
@@ -1112,7 +1125,7 @@ func (h *harness) expectOnlyLost(before snapshot, committing SeqID, err error) {
 		for _, e := range h.events[before.events:] {
 			// Dropping units may leave blocks hollow (pruned) or empty
 			// (removed).
-			require.Contains(h.t, []string{"dropped", "removed"}, what(e), "step %d: a Mover's panic only drops units", h.steps)
+			require.Contains(h.t, []string{"dropped", "removed", "block moved"}, what(e), "step %d: a Mover's panic only drops units", h.steps)
 		}
 	default:
 		toks, err := h.c.SequenceTokens(nil, committing)
