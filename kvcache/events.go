@@ -27,10 +27,10 @@ const (
 	// AllCleared: Clear forgot every block.
 	AllCleared
 	// BlockMoved: the block's medium changed, From one To another (see
-	// Event.Medium): the block as a whole, so that a consumer that wants
+	// Medium): the block as a whole, so that a consumer that wants
 	// vLLM's block-level view need not count units. Hash, ParentHash,
-	// Namespace and LoRA are set. It follows the UnitMoved that changed
-	// it.
+	// Namespace and LoRA are set, and, unless To is Dropped, Tokens,
+	// BlockSize and Extra. It follows the UnitMoved that changed it.
 	BlockMoved
 )
 
@@ -61,12 +61,12 @@ type Event struct {
 	// ParentHash is the previous block's hash when HasParent.
 	ParentHash uint64
 	HasParent  bool
-	// Tokens are the block's tokens (BlockStored only). The slice is the
-	// event's own copy.
+	// Tokens are the block's tokens (BlockStored, and BlockMoved to a
+	// tier). The slice is the event's own copy.
 	Tokens []uint32
 	// BlockSize is the tokens per block, and Extra the block's extra
-	// keys with their positions in the sequence (BlockStored only; Extra
-	// is the event's own copy).
+	// keys with their positions in the sequence (BlockStored, and
+	// BlockMoved to a tier; Extra is the event's own copy).
 	BlockSize int
 	Extra     []radix.ExtraKey
 	// Namespace and LoRA are the block's keys.
@@ -119,8 +119,16 @@ func (c *Cache) emitMove(u UnitID, from, to Tier) {
 	before := Medium(units)
 	units[s] = to
 	if after := Medium(units); after != before {
-		c.events.emit(Event{Kind: BlockMoved, Hash: n.Hash(), ParentHash: ph, HasParent: hp,
-			Namespace: keys.Namespace, LoRA: keys.LoRA, From: before, To: after})
+		e := Event{Kind: BlockMoved, Hash: n.Hash(), ParentHash: ph, HasParent: hp,
+			Namespace: keys.Namespace, LoRA: keys.LoRA, From: before, To: after}
+		if after != Dropped {
+			// A consumer stores the block on its new medium: it needs
+			// what a BlockStored carries.
+			e.Tokens = append([]uint32(nil), n.Tokens()...)
+			e.BlockSize = c.geom.blockTokens
+			e.Extra = append([]radix.ExtraKey(nil), n.Extra()...)
+		}
+		c.events.emit(e)
 	}
 }
 
