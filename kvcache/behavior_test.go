@@ -528,7 +528,7 @@ func TestRecomputedBlockIsNotOnboarded(t *testing.T) {
 	require.NoError(t, c.Commit(r.Seq, 8))
 	var kinds []string
 	for _, e := range events {
-		if e.Slice == 0 && what(e) != "offloaded" {
+		if e.Slice == 0 && what(e) != "offloaded" && e.Kind != BlockMoved {
 			kinds = append(kinds, what(e))
 		}
 	}

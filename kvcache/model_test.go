@@ -1723,7 +1723,7 @@ func modelSeeds(t *testing.T, n uint64) uint64 {
 func TestModelRandomized(t *testing.T) {
 	steps := 3000
 	if testing.Short() || raceEnabled {
-		steps = 800
+		steps = 1000
 	}
 	// Rare paths must have run in some configuration: each check below
 	// is only as good as the cases it met.
