@@ -73,6 +73,15 @@ func (c *Cache) Fork(id SeqID) (_ Plan, err error) {
 	}
 	child.firstPrivate = full
 	c.register(child)
+	if cowDst >= 0 {
+		// The copy reads the parent's last block, which the parent's
+		// server goes on writing (its next tokens, a rewrite after a
+		// truncation): the parent is not ready, for reads or writes,
+		// until the copy has read it.
+		for _, id := range c.tx.submitted {
+			c.wait(s, id)
+		}
+	}
 	for _, w := range s.waits {
 		// The child reads the blocks the parent waits for.
 		c.wait(child, w)
