@@ -514,6 +514,13 @@ func (h *harness) checkLedger() {
 	require.Zero(h.t, st.Tiers[len(st.Tiers)-1].Evictions-st.Tiers[len(st.Tiers)-1].Drops, "step %d: the last tier drops every victim", h.steps)
 	require.Equal(h.t, l.bytesMoved, st.BytesMoved, "step %d: bytes moved", h.steps)
 	require.Equal(h.t, l.recomputed, st.RecomputedTokens, "step %d: recomputed tokens", h.steps)
+	if h.media != nil && h.c.events.enabled() {
+		blocks, err := h.c.Blocks(nil)
+		require.NoError(h.t, err)
+		for _, b := range blocks {
+			require.Equal(h.t, h.media[b.Hash], b.Medium, "step %d: Blocks's medium of block %x", h.steps, b.Hash)
+		}
+	}
 	c := h.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
