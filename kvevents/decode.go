@@ -1,0 +1,341 @@
+package kvevents
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// ErrMalformed is wrapped by the errors of Decode: the payload is not a
+// batch in vLLM's format.
+var ErrMalformed = errors.New("kvevents: malformed payload")
+
+// Decode parses a payload in vLLM's format, as an Encoder writes it or
+// vLLM publishes it: events positional or tagged maps, hashes integers or
+// bytes, the batch an array [ts, events, dp_rank] (or a map with the keys
+// "ts", "events" and "data_parallel_rank"). Fields it does not know (a
+// newer vLLM's trailing fields) are skipped. A bytes hash longer than 8
+// bytes is read as its low 64 bits (its last 8 bytes, big-endian), the
+// way vLLM turns a full hash into an integer one. Events come back as
+// values (BlockStored, not *BlockStored); integers among extra keys come
+// back as int64, or uint64 above math.MaxInt64, whatever width the sender
+// wrote.
+//
+// Decode is for consumers: a router written in Go, a test, an audit. Its
+// errors wrap ErrMalformed.
+func Decode(payload []byte) (Batch, error) {
+	// A bytes.Reader is an io.ByteScanner, so the decoder reads it
+	// without a buffer of its own and r.Len says what is left.
+	r := bytes.NewReader(payload)
+	dec := msgpack.NewDecoder(r)
+	v, err := dec.DecodeInterface()
+	if err != nil {
+		return Batch{}, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	if r.Len() > 0 {
+		return Batch{}, fmt.Errorf("%w: %d bytes after the batch", ErrMalformed, r.Len())
+	}
+	v = loosen(v)
+	var ts, events, rank any
+	switch b := v.(type) {
+	case []any:
+		if len(b) < 2 || len(b) > 3 {
+			return Batch{}, fmt.Errorf("%w: a batch array of %d elements, want 2 or 3", ErrMalformed, len(b))
+		}
+		ts, events = b[0], b[1]
+		if len(b) == 3 {
+			rank = b[2]
+		}
+	case map[string]any:
+		ts, events, rank = b["ts"], b["events"], b["data_parallel_rank"]
+	default:
+		return Batch{}, fmt.Errorf("%w: a batch of type %T", ErrMalformed, v)
+	}
+	var out Batch
+	var ok bool
+	if out.Timestamp, ok = toFloat(ts); !ok {
+		return Batch{}, fmt.Errorf("%w: timestamp %v", ErrMalformed, ts)
+	}
+	if rank != nil {
+		r, err := toInt("data_parallel_rank", rank)
+		if err != nil {
+			return Batch{}, err
+		}
+		out.DPRank = &r
+	}
+	evs, ok := events.([]any)
+	if !ok && events != nil {
+		return Batch{}, fmt.Errorf("%w: events of type %T", ErrMalformed, events)
+	}
+	out.Events = make([]Event, 0, len(evs))
+	for i, e := range evs {
+		ev, err := decodeEvent(e)
+		if err != nil {
+			return Batch{}, fmt.Errorf("event %d: %w", i, err)
+		}
+		out.Events = append(out.Events, ev)
+	}
+	return out, nil
+}
+
+// fields names the fields of each event kind in their positional order.
+var fields = map[string][]string{
+	TagBlockStored: {"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium",
+		"lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window"},
+	TagBlockRemoved:     {"block_hashes", "medium", "group_idx"},
+	TagAllBlocksCleared: {},
+}
+
+// decodeEvent turns one decoded event, an array or a map, into an Event.
+func decodeEvent(v any) (Event, error) {
+	var tag string
+	f := map[string]any{}
+	switch e := v.(type) {
+	case []any:
+		if len(e) == 0 {
+			return nil, fmt.Errorf("%w: an empty event", ErrMalformed)
+		}
+		tag, _ = e[0].(string)
+		names, ok := fields[tag]
+		if !ok {
+			return nil, fmt.Errorf("%w: event tag %v", ErrMalformed, e[0])
+		}
+		for i, x := range e[1:] {
+			if i < len(names) {
+				f[names[i]] = x
+			}
+		}
+	case map[string]any:
+		tag, _ = e["type"].(string)
+		if _, ok := fields[tag]; !ok {
+			return nil, fmt.Errorf("%w: event type %v", ErrMalformed, e["type"])
+		}
+		f = e
+	default:
+		return nil, fmt.Errorf("%w: an event of type %T", ErrMalformed, v)
+	}
+	var err error
+	switch tag {
+	case TagBlockStored:
+		var s BlockStored
+		if s.BlockHashes, err = toHashes(f["block_hashes"]); err != nil {
+			return nil, err
+		}
+		if p := f["parent_block_hash"]; p != nil {
+			h, err := toHash(p)
+			if err != nil {
+				return nil, err
+			}
+			s.ParentBlockHash = &h
+		}
+		if s.TokenIDs, err = toTokens(f["token_ids"]); err != nil {
+			return nil, err
+		}
+		if s.BlockSize, err = toInt("block_size", f["block_size"]); err != nil {
+			return nil, err
+		}
+		if s.LoRAID, err = toOptInt("lora_id", f["lora_id"]); err != nil {
+			return nil, err
+		}
+		if s.Medium, err = toStr("medium", f["medium"]); err != nil {
+			return nil, err
+		}
+		if s.LoRAName, err = toStr("lora_name", f["lora_name"]); err != nil {
+			return nil, err
+		}
+		if s.ExtraKeys, err = toExtraKeys(f["extra_keys"], len(s.BlockHashes)); err != nil {
+			return nil, err
+		}
+		if s.GroupIdx, err = toOptInt("group_idx", f["group_idx"]); err != nil {
+			return nil, err
+		}
+		if s.KVCacheSpecKind, err = toStr("kv_cache_spec_kind", f["kv_cache_spec_kind"]); err != nil {
+			return nil, err
+		}
+		if s.KVCacheSpecSlidingWindow, err = toOptInt("kv_cache_spec_sliding_window", f["kv_cache_spec_sliding_window"]); err != nil {
+			return nil, err
+		}
+		return s, nil
+	case TagBlockRemoved:
+		var r BlockRemoved
+		if r.BlockHashes, err = toHashes(f["block_hashes"]); err != nil {
+			return nil, err
+		}
+		if r.Medium, err = toStr("medium", f["medium"]); err != nil {
+			return nil, err
+		}
+		if r.GroupIdx, err = toOptInt("group_idx", f["group_idx"]); err != nil {
+			return nil, err
+		}
+		return r, nil
+	}
+	return AllBlocksCleared{}, nil
+}
+
+// loosen turns every integer in v into an int64, or a uint64 when it
+// does not fit, so that the conversions below (and extra key values) see
+// one type per sign whatever width the sender chose. (The decoder's own
+// loose mode would also turn bytes into strings, and a bytes hash is not
+// a string.)
+func loosen(v any) any {
+	switch x := v.(type) {
+	case int8:
+		return int64(x)
+	case int16:
+		return int64(x)
+	case int32:
+		return int64(x)
+	case int:
+		return int64(x)
+	case uint8:
+		return int64(x)
+	case uint16:
+		return int64(x)
+	case uint32:
+		return int64(x)
+	case uint:
+		return loosen(uint64(x))
+	case uint64:
+		if x <= math.MaxInt64 {
+			return int64(x)
+		}
+	case []any:
+		for i := range x {
+			x[i] = loosen(x[i])
+		}
+	case map[string]any:
+		for k := range x {
+			x[k] = loosen(x[k])
+		}
+	case map[any]any:
+		for k := range x {
+			x[k] = loosen(x[k])
+		}
+	}
+	return v
+}
+
+func toFloat(v any) (float64, bool) {
+	switch x := v.(type) {
+	case float64:
+		return x, true
+	case float32:
+		return float64(x), true
+	case int64:
+		return float64(x), true
+	case uint64:
+		return float64(x), true
+	}
+	return 0, false
+}
+
+func toInt(name string, v any) (int, error) {
+	switch x := v.(type) {
+	case int64:
+		if x >= math.MinInt && x <= math.MaxInt {
+			return int(x), nil
+		}
+	case uint64:
+		if x <= math.MaxInt {
+			return int(x), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: %s %v is not an int", ErrMalformed, name, v)
+}
+
+func toOptInt(name string, v any) (*int, error) {
+	if v == nil {
+		return nil, nil
+	}
+	n, err := toInt(name, v)
+	return &n, err
+}
+
+func toStr(name string, v any) (string, error) {
+	if v == nil {
+		return "", nil
+	}
+	if s, ok := v.(string); ok {
+		return s, nil
+	}
+	return "", fmt.Errorf("%w: %s %v is not a string", ErrMalformed, name, v)
+}
+
+func toHash(v any) (uint64, error) {
+	switch x := v.(type) {
+	case uint64:
+		return x, nil
+	case int64:
+		if x >= 0 {
+			return uint64(x), nil
+		}
+	case []byte:
+		if len(x) > 0 {
+			if len(x) > 8 {
+				x = x[len(x)-8:]
+			}
+			var b [8]byte
+			copy(b[8-len(x):], x)
+			return binary.BigEndian.Uint64(b[:]), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: block hash %v", ErrMalformed, v)
+}
+
+func toHashes(v any) ([]uint64, error) {
+	xs, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: block_hashes of type %T", ErrMalformed, v)
+	}
+	out := make([]uint64, len(xs))
+	for i, x := range xs {
+		h, err := toHash(x)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = h
+	}
+	return out, nil
+}
+
+func toTokens(v any) ([]uint32, error) {
+	xs, ok := v.([]any)
+	if !ok && v != nil {
+		return nil, fmt.Errorf("%w: token_ids of type %T", ErrMalformed, v)
+	}
+	out := make([]uint32, len(xs))
+	for i, x := range xs {
+		n, err := toInt("token id", x)
+		if err != nil || n < 0 || n > math.MaxUint32 {
+			return nil, fmt.Errorf("%w: token id %v", ErrMalformed, x)
+		}
+		out[i] = uint32(n)
+	}
+	return out, nil
+}
+
+func toExtraKeys(v any, blocks int) ([][]any, error) {
+	if v == nil {
+		return nil, nil
+	}
+	xs, ok := v.([]any)
+	if !ok || len(xs) != blocks {
+		return nil, fmt.Errorf("%w: extra_keys %v for %d blocks", ErrMalformed, v, blocks)
+	}
+	out := make([][]any, len(xs))
+	for i, x := range xs {
+		if x == nil {
+			continue
+		}
+		keys, ok := x.([]any)
+		if !ok {
+			return nil, fmt.Errorf("%w: extra_keys entry %v", ErrMalformed, x)
+		}
+		out[i] = keys
+	}
+	return out, nil
+}

@@ -1,0 +1,180 @@
+package kvevents
+
+import (
+	"errors"
+	"math"
+	"reflect"
+	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// valueOf returns ev in the value form Decode returns.
+func valueOf(ev Event) Event {
+	switch e := ev.(type) {
+	case *BlockStored:
+		return *e
+	case *BlockRemoved:
+		return *e
+	case *AllBlocksCleared:
+		return *e
+	}
+	return ev
+}
+
+// decodeCases are events of every kind with every field set or unset.
+func decodeCases() []Event {
+	return []Event{
+		BlockStored{BlockHashes: []uint64{math.MaxUint64 - 5, 7}, TokenIDs: []uint32{1, 2, 70000, math.MaxUint32}, BlockSize: 2},
+		&BlockStored{BlockHashes: []uint64{1}, ParentBlockHash: Ptr[uint64](math.MaxUint64), TokenIDs: []uint32{5},
+			BlockSize: 1, LoRAID: Ptr(3), Medium: MediumCPU, LoRAName: "ad"},
+		BlockStored{BlockHashes: []uint64{1}, TokenIDs: []uint32{5}, BlockSize: 1, Medium: MediumGPU, GroupIdx: Ptr(0)},
+		BlockStored{BlockHashes: []uint64{1, 2}, TokenIDs: []uint32{5, 6}, BlockSize: 1, Medium: "DISK",
+			ExtraKeys: [][]any{nil, {"salt", int64(-3), int64(9), []byte{1}}}, GroupIdx: Ptr(2),
+			KVCacheSpecKind: "sliding_window", KVCacheSpecSlidingWindow: Ptr(4096)},
+		&BlockRemoved{BlockHashes: []uint64{math.MaxUint64}, Medium: MediumGPU},
+		BlockRemoved{BlockHashes: []uint64{9}, GroupIdx: Ptr(1)},
+		AllBlocksCleared{},
+		&AllBlocksCleared{},
+	}
+}
+
+// TestDecodeInvertsEncode: Decode gives back every event an Encoder
+// wrote, in both layouts and both hash encodings, with and without a DP
+// rank.
+func TestDecodeInvertsEncode(t *testing.T) {
+	for _, o := range []EncoderOptions{{Positional, HashInt}, {Positional, HashBytes}, {TaggedMap, HashInt}, {TaggedMap, HashBytes}} {
+		for _, rank := range []*int{nil, Ptr(5)} {
+			in := Batch{Timestamp: 1.7e9 + 0.25, Events: decodeCases(), DPRank: rank}
+			got, err := Decode(encodeOrFail(t, o, in))
+			if err != nil {
+				t.Fatalf("%+v: %v", o, err)
+			}
+			want := Batch{Timestamp: in.Timestamp, DPRank: rank}
+			for _, e := range in.Events {
+				want.Events = append(want.Events, valueOf(e))
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("%+v rank %v:\ngot  %#v\nwant %#v", o, rank, got, want)
+			}
+		}
+	}
+}
+
+// TestDecodeForeignLayouts: what vLLM may send beside what an Encoder
+// writes: a batch as a map, trailing fields Decode does not know, a
+// 32-byte hash (its low 64 bits), an integer timestamp.
+func TestDecodeForeignLayouts(t *testing.T) {
+	full := make([]byte, 32)
+	for i := range full {
+		full[i] = byte(i)
+	}
+	raw, err := msgpack.Marshal(map[string]any{
+		"ts": 12,
+		"events": []any{
+			[]any{TagBlockStored, []any{full}, nil, []any{1, 2}, 2, nil, "GPU", nil, nil, nil, nil, nil, "future"},
+			map[string]any{"type": TagBlockRemoved, "block_hashes": []any{uint64(3)}, "medium": "CPU", "locality": "rack1"},
+		},
+		"data_parallel_rank": 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Batch{Timestamp: 12, DPRank: Ptr(2), Events: []Event{
+		BlockStored{BlockHashes: []uint64{0x18191a1b1c1d1e1f}, TokenIDs: []uint32{1, 2}, BlockSize: 2, Medium: "GPU"},
+		BlockRemoved{BlockHashes: []uint64{3}, Medium: "CPU"},
+	}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got  %#v\nwant %#v", got, want)
+	}
+}
+
+// TestDecodeRejects: every malformed payload is an error wrapping
+// ErrMalformed, never a panic.
+func TestDecodeRejects(t *testing.T) {
+	for name, v := range map[string]any{
+		"not an array":      "batch",
+		"short batch":       []any{1.0},
+		"long batch":        []any{1.0, []any{}, 0, 1},
+		"bad timestamp":     []any{"now", []any{}},
+		"bad rank":          []any{1.0, []any{}, "zero"},
+		"events not a list": []any{1.0, 5},
+		"empty event":       []any{1.0, []any{[]any{}}},
+		"unknown tag":       []any{1.0, []any{[]any{"BlockEvicted", []any{1}}}},
+		"unknown type":      []any{1.0, []any{map[string]any{"type": "X"}}},
+		"event not a list":  []any{1.0, []any{7}},
+		"negative hash":     []any{1.0, []any{[]any{TagBlockRemoved, []any{-1}, "GPU"}}},
+		"empty bytes hash":  []any{1.0, []any{[]any{TagBlockRemoved, []any{[]byte{}}, "GPU"}}},
+		"hashes not a list": []any{1.0, []any{[]any{TagBlockRemoved, 5, "GPU"}}},
+		"bad medium":        []any{1.0, []any{[]any{TagBlockRemoved, []any{1}, 5}}},
+		"bad parent":        []any{1.0, []any{[]any{TagBlockStored, []any{1}, "p", []any{1}, 1, nil, "GPU", nil}}},
+		"negative token":    []any{1.0, []any{[]any{TagBlockStored, []any{1}, nil, []any{-1}, 1, nil, "GPU", nil}}},
+		"huge token":        []any{1.0, []any{[]any{TagBlockStored, []any{1}, nil, []any{uint64(1) << 32}, 1, nil, "GPU", nil}}},
+		"bad block size":    []any{1.0, []any{[]any{TagBlockStored, []any{1}, nil, []any{1}, "one", nil, "GPU", nil}}},
+		"extra keys count":  []any{1.0, []any{[]any{TagBlockStored, []any{1}, nil, []any{1}, 1, nil, "GPU", nil, []any{nil, nil}}}},
+		"extra keys entry":  []any{1.0, []any{[]any{TagBlockStored, []any{1}, nil, []any{1}, 1, nil, "GPU", nil, []any{5}}}},
+	} {
+		raw, err := msgpack.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Decode(raw); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: error %v, want ErrMalformed", name, err)
+		}
+	}
+	for _, raw := range [][]byte{nil, {0xc1}, {0x92, 0xcb}, append(encodeOrFail(t, EncoderOptions{}, Batch{}), 0)} {
+		if _, err := Decode(raw); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%x: error %v, want ErrMalformed", raw, err)
+		}
+	}
+}
+
+// FuzzDecode: Decode never panics, and what it accepts an Encoder writes
+// back to a payload that decodes to the same batch.
+func FuzzDecode(f *testing.F) {
+	for _, o := range []EncoderOptions{{Positional, HashInt}, {TaggedMap, HashBytes}} {
+		f.Add(encodeOrFail(f, o, Batch{Timestamp: 3, Events: decodeCases(), DPRank: Ptr(1)}))
+	}
+	f.Add([]byte{0x92, 0x01, 0x90})
+	enc, err := NewEncoder(EncoderOptions{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		b, err := Decode(raw)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			}
+			return
+		}
+		again, err := enc.Encode(b)
+		if err != nil {
+			return // e.g. extra_keys holding a value msgpack cannot write back
+		}
+		b2, err := Decode(again)
+		if err != nil {
+			t.Fatalf("re-encoded batch does not decode: %v", err)
+		}
+		if !reflect.DeepEqual(normalize(b), normalize(b2)) {
+			t.Fatalf("round trip changed the batch:\n%#v\n%#v", b, b2)
+		}
+	})
+}
+
+// normalize makes a batch comparable after a round trip: NaN timestamps
+// compare unequal to themselves, and the empty events list may come back
+// as a non-nil empty slice.
+func normalize(b Batch) Batch {
+	if math.IsNaN(b.Timestamp) {
+		b.Timestamp = 0
+	}
+	if len(b.Events) == 0 {
+		b.Events = nil
+	}
+	return b
+}
