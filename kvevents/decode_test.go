@@ -9,19 +9,6 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// valueOf returns ev in the value form Decode returns.
-func valueOf(ev Event) Event {
-	switch e := ev.(type) {
-	case *BlockStored:
-		return *e
-	case *BlockRemoved:
-		return *e
-	case *AllBlocksCleared:
-		return *e
-	}
-	return ev
-}
-
 // decodeCases are events of every kind with every field set or unset.
 func decodeCases() []Event {
 	return []Event{

@@ -1,15 +1,29 @@
 package kvevents
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/kvtier/kvtier/kvcache"
 )
 
 // Translator turns a kvcache.Cache's events into vLLM's block-level
-// events, in an order consumers rely on: a block's store on a new medium
-// before its removal from the old one, and parents before children (the
-// cache emits blocks parent first).
+// events, in the order consumers rely on: a block's store on a new medium
+// before its removal from the old one, and a parent before its children.
+//
+// A router can only use a block whose parent it holds (it scores a
+// server by the longest prefix of a request's blocks the server holds),
+// and vLLM's consumers drop a BlockStored whose parent they do not know.
+// kvtier's policies, though, evict units, not leaves first: a parent can
+// lose its bytes while a child keeps them, and the cache does not reuse
+// such a child until the parent is recomputed. So the Translator
+// announces exactly the reachable blocks: those that hold bytes and whose
+// ancestors all do. When a block stops being reachable, it and then its
+// announced descendants are removed, children first; when it becomes
+// reachable again (its parent recomputed), it and its descendants that
+// hold bytes are stored again, parents first. Every BlockStored it sends
+// therefore has a parent the consumer holds, and every BlockRemoved names
+// a block on the medium the consumer holds it on.
 //
 // The mapping:
 //   - kvcache.BlockStored becomes a BlockStored on the tier's medium;
@@ -17,10 +31,10 @@ import (
 //     parent, on the same medium, under the same LoRA) are merged into one
 //     run, as vLLM publishes a request's blocks.
 //   - kvcache.BlockMoved to a tier becomes a BlockStored there, then a
-//     BlockRemoved from the old medium (none when the block came back from
-//     Dropped); to Dropped, a BlockRemoved from the old medium.
-//   - kvcache.BlockRemoved becomes a BlockRemoved from the block's medium,
-//     unless it was Dropped already (removed before).
+//     BlockRemoved from the old medium; to Dropped, BlockRemoveds (see
+//     above).
+//   - kvcache.BlockRemoved becomes a BlockRemoved from the block's medium
+//     if it was announced.
 //   - kvcache.AllCleared becomes AllBlocksCleared; UnitMoved events are
 //     not published (BlockMoved summarizes them).
 //
@@ -35,17 +49,33 @@ import (
 // never serves the other tenant's KV. Extra keys become one entry per
 // block: the block's extra key values.
 //
-// A Translator keeps each announced block's medium (8 bytes and a map
-// entry per block) to know where a removed block was. It is not safe for
+// A Translator keeps, per block of the cache's prefix tree, what it needs
+// to announce the block again: its parent, children, media, tokens and
+// extra keys (about 100 bytes plus 4 per token). It is not safe for
 // concurrent use.
 type Translator struct {
-	media map[uint64]kvcache.Tier
-	names []string
+	blocks map[uint64]*block
+	names  []string
 }
 
-// NewTranslator returns a Translator for the events of c.
+// block is the Translator's record of a block of the cache's tree.
+type block struct {
+	parent    uint64
+	hasParent bool
+	// medium is where the block's bytes are (Dropped: not whole);
+	// announced the medium consumers were told (Dropped: none).
+	medium, announced kvcache.Tier
+	lora              string
+	blockSize         int
+	tokens            []uint32
+	extra             []any
+	children          []uint64
+}
+
+// NewTranslator returns a Translator for the events of c. It must see
+// every event c emits from its creation on (create it with the cache).
 func NewTranslator(c *kvcache.Cache) *Translator {
-	tr := &Translator{media: make(map[uint64]kvcache.Tier)}
+	tr := &Translator{blocks: make(map[uint64]*block)}
 	for t := kvcache.GPU; ; t++ {
 		name := c.TierName(t)
 		if name == "" {
@@ -70,59 +100,135 @@ func (tr *Translator) Append(dst []Event, evs []kvcache.Event) []Event {
 		e := &evs[i]
 		switch e.Kind {
 		case kvcache.BlockStored:
-			tr.media[e.Hash] = e.To
-			dst = tr.store(dst, e, e.To)
+			b := &block{parent: e.ParentHash, hasParent: e.HasParent, medium: e.To, announced: kvcache.Dropped}
+			b.set(e)
+			tr.blocks[e.Hash] = b
+			if p := tr.blocks[e.ParentHash]; e.HasParent && p != nil {
+				p.children = append(p.children, e.Hash)
+			}
+			dst = tr.settle(dst, e.Hash, b)
 		case kvcache.BlockMoved:
-			tr.media[e.Hash] = e.To
+			b := tr.blocks[e.Hash]
+			if b == nil {
+				continue // not seen stored: the Translator came late
+			}
+			b.medium = e.To
 			if e.To != kvcache.Dropped {
-				dst = tr.store(dst, e, e.To)
+				b.set(e)
 			}
-			if e.From != kvcache.Dropped {
-				dst = append(dst, BlockRemoved{BlockHashes: []uint64{e.Hash}, Medium: tr.Medium(e.From)})
-			}
+			dst = tr.settle(dst, e.Hash, b)
 		case kvcache.BlockRemoved:
-			if m, ok := tr.media[e.Hash]; ok && m != kvcache.Dropped {
-				dst = append(dst, BlockRemoved{BlockHashes: []uint64{e.Hash}, Medium: tr.Medium(m)})
+			b := tr.blocks[e.Hash]
+			if b == nil {
+				continue
 			}
-			delete(tr.media, e.Hash)
+			dst = tr.retract(dst, e.Hash, b)
+			if p := tr.blocks[b.parent]; b.hasParent && p != nil {
+				if i := slices.Index(p.children, e.Hash); i >= 0 {
+					p.children = slices.Delete(p.children, i, i+1)
+				}
+			}
+			delete(tr.blocks, e.Hash)
 		case kvcache.AllCleared:
-			clear(tr.media)
+			clear(tr.blocks)
 			dst = append(dst, AllBlocksCleared{})
 		}
 	}
 	return dst
 }
 
-// store appends a BlockStored of e's block on tier t, extending the last
-// event when it is a run this block continues.
-func (tr *Translator) store(dst []Event, e *kvcache.Event, t kvcache.Tier) []Event {
-	medium := tr.Medium(t)
-	var extra []any
+// set copies what a BlockStored of e's block carries.
+func (b *block) set(e *kvcache.Event) {
+	b.lora, b.blockSize = e.LoRA, e.BlockSize
+	b.tokens = append(b.tokens[:0], e.Tokens...)
+	b.extra = b.extra[:0]
 	for _, x := range e.Extra {
-		extra = append(extra, x.Value)
+		b.extra = append(b.extra, x.Value)
 	}
-	if n := len(dst); n > 0 && e.HasParent {
-		if run, ok := dst[n-1].(BlockStored); ok && run.Medium == medium && run.LoRAName == e.LoRA &&
-			run.BlockSize == e.BlockSize && run.BlockHashes[len(run.BlockHashes)-1] == e.ParentHash {
-			run.BlockHashes = append(run.BlockHashes, e.Hash)
-			run.TokenIDs = append(run.TokenIDs, e.Tokens...)
-			if run.ExtraKeys != nil || extra != nil {
+	if len(b.extra) == 0 {
+		b.extra = nil
+	}
+}
+
+// reachable reports whether consumers should hold block b: it holds bytes
+// and its parent is announced (or it has none).
+func (tr *Translator) reachable(b *block) bool {
+	if b.medium == kvcache.Dropped {
+		return false
+	}
+	if !b.hasParent {
+		return true
+	}
+	p := tr.blocks[b.parent]
+	return p != nil && p.announced != kvcache.Dropped
+}
+
+// settle brings what consumers were told about block h in line with its
+// state, and, when that changes whether it is announced, its
+// descendants'.
+func (tr *Translator) settle(dst []Event, h uint64, b *block) []Event {
+	if !tr.reachable(b) {
+		return tr.retract(dst, h, b)
+	}
+	if b.announced == b.medium {
+		return dst
+	}
+	was := b.announced
+	dst = tr.store(dst, h, b)
+	b.announced = b.medium
+	if was != kvcache.Dropped {
+		return append(dst, BlockRemoved{BlockHashes: []uint64{h}, Medium: tr.Medium(was)})
+	}
+	for _, c := range b.children {
+		if cb := tr.blocks[c]; cb != nil {
+			dst = tr.settle(dst, c, cb)
+		}
+	}
+	return dst
+}
+
+// retract removes block h and its announced descendants from consumers,
+// children first.
+func (tr *Translator) retract(dst []Event, h uint64, b *block) []Event {
+	if b.announced == kvcache.Dropped {
+		return dst
+	}
+	for _, c := range b.children {
+		if cb := tr.blocks[c]; cb != nil {
+			dst = tr.retract(dst, c, cb)
+		}
+	}
+	dst = append(dst, BlockRemoved{BlockHashes: []uint64{h}, Medium: tr.Medium(b.announced)})
+	b.announced = kvcache.Dropped
+	return dst
+}
+
+// store appends a BlockStored of block h on its medium, extending the last
+// event when it is a run this block continues.
+func (tr *Translator) store(dst []Event, h uint64, b *block) []Event {
+	medium := tr.Medium(b.medium)
+	if n := len(dst); n > 0 && b.hasParent {
+		if run, ok := dst[n-1].(BlockStored); ok && run.Medium == medium && run.LoRAName == b.lora &&
+			run.BlockSize == b.blockSize && run.BlockHashes[len(run.BlockHashes)-1] == b.parent {
+			run.BlockHashes = append(run.BlockHashes, h)
+			run.TokenIDs = append(run.TokenIDs, b.tokens...)
+			if run.ExtraKeys != nil || b.extra != nil {
 				for len(run.ExtraKeys) < len(run.BlockHashes)-1 {
 					run.ExtraKeys = append(run.ExtraKeys, nil)
 				}
-				run.ExtraKeys = append(run.ExtraKeys, extra)
+				run.ExtraKeys = append(run.ExtraKeys, slices.Clone(b.extra))
 			}
 			dst[n-1] = run
 			return dst
 		}
 	}
-	s := BlockStored{BlockHashes: []uint64{e.Hash}, TokenIDs: append([]uint32(nil), e.Tokens...), BlockSize: e.BlockSize,
-		Medium: medium, LoRAName: e.LoRA}
-	if e.HasParent {
-		s.ParentBlockHash = Ptr(e.ParentHash)
+	s := BlockStored{BlockHashes: []uint64{h}, TokenIDs: slices.Clone(b.tokens), BlockSize: b.blockSize,
+		Medium: medium, LoRAName: b.lora}
+	if b.hasParent {
+		s.ParentBlockHash = Ptr(b.parent)
 	}
-	if extra != nil {
-		s.ExtraKeys = [][]any{extra}
+	if b.extra != nil {
+		s.ExtraKeys = [][]any{slices.Clone(b.extra)}
 	}
 	return append(dst, s)
 }
