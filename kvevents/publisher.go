@@ -93,7 +93,7 @@ type Publisher struct {
 // bounds the sockets' lifetime; Close releases them.
 func NewPublisher(ctx context.Context, opts Options) (*Publisher, error) {
 	if opts.Endpoint == "" {
-		return nil, errors.New("kvevents: Options.Endpoint is required")
+		return nil, fmt.Errorf("%w: Options.Endpoint is empty", ErrInvalidOptions)
 	}
 	enc, err := NewEncoder(opts.Encoder)
 	if err != nil {
@@ -194,7 +194,7 @@ func (p *Publisher) Publish(b Batch) (uint64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return 0, errors.New("kvevents: publisher closed")
+		return 0, ErrClosed
 	}
 	seq := p.next
 	var seqb [8]byte

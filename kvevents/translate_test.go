@@ -52,6 +52,46 @@ func requireView(t *testing.T, ix *kvevents.Index, server string, want map[uint6
 	require.Equal(t, len(want), ix.Len(server), "%s: blocks in the view", msg)
 }
 
+// newTieredCache returns a cache over a GPU, a CPU and a disk tier, small
+// enough that a random workload moves blocks across all of them, with a
+// policy on the disk that strands children (see firstChunkPolicy).
+func newTieredCache(t testing.TB) *kvcache.Cache {
+	l, err := layout.New(layout.Model{Name: "tiny", Layers: 2, QueryHeads: 4, KVHeads: 2, HeadDim: 2, ElemBytes: 1}, layout.PagedLayer, 4)
+	require.NoError(t, err)
+	tiers := []kvcache.TierConfig{{Capacity: kvcache.Capacity{Units: 24}}, {Capacity: kvcache.Capacity{Units: 16}},
+		{Name: "disk", Capacity: kvcache.Capacity{Units: 16}, Policy: func(kvcache.PoolInfo) (eviction.Policy[kvcache.UnitID], error) {
+			return &firstChunkPolicy{}, nil
+		}}}
+	c, err := kvcache.New(kvcache.Config{Layout: l, Tiers: tiers, EventBuffer: 1 << 16})
+	require.NoError(t, err)
+	return c
+}
+
+// randomRequest returns a prompt of 1-5 blocks of 4 tokens from one of 8
+// prefixes, under one of two LoRAs, sometimes with an extra key.
+func randomRequest(rng *rand.Rand) kvcache.Request {
+	base := uint32(rng.IntN(8)) * 100
+	prompt := make([]uint32, 4*(1+rng.IntN(5)))
+	for i := range prompt {
+		prompt[i] = base + uint32(i)
+	}
+	req := kvcache.Request{Tokens: prompt, LoRA: []string{"", "sql"}[rng.IntN(2)]}
+	if rng.IntN(4) == 0 {
+		req.Extra = []radix.ExtraKey{{Pos: 1, Value: 77}}
+	}
+	return req
+}
+
+// serve runs req through c as a server would (acquire, compute, commit,
+// release) and returns its plan.
+func serve(t testing.TB, c *kvcache.Cache, req kvcache.Request) kvcache.Plan {
+	plan, err := c.Acquire(req)
+	require.NoError(t, err)
+	require.NoError(t, c.Commit(plan.Seq, len(req.Tokens)))
+	require.NoError(t, c.Release(plan.Seq))
+	return plan
+}
+
 // TestTranslatorRebuildsTheCache: a random workload over a GPU, a CPU and
 // a disk tier; after every operation the view a strict router rebuilds
 // from the translated events alone (one that drops a BlockStored whose
@@ -59,14 +99,7 @@ func requireView(t *testing.T, ix *kvevents.Index, server string, want map[uint6
 // their media, no event names a parent the router lacks or removes a
 // block from where it is not, and the batch encodes and decodes.
 func TestTranslatorRebuildsTheCache(t *testing.T) {
-	l, err := layout.New(layout.Model{Name: "tiny", Layers: 2, QueryHeads: 4, KVHeads: 2, HeadDim: 2, ElemBytes: 1}, layout.PagedLayer, 4)
-	require.NoError(t, err)
-	tiers := []kvcache.TierConfig{{Capacity: kvcache.Capacity{Units: 24}}, {Capacity: kvcache.Capacity{Units: 16}},
-		{Name: "disk", Capacity: kvcache.Capacity{Units: 16}, Policy: func(kvcache.PoolInfo) (eviction.Policy[kvcache.UnitID], error) {
-			return &firstChunkPolicy{}, nil // strands children: see TestTranslatorStrandedChild
-		}}}
-	c, err := kvcache.New(kvcache.Config{Layout: l, Tiers: tiers, EventBuffer: 1 << 16})
-	require.NoError(t, err)
+	c := newTieredCache(t)
 	tr := kvevents.NewTranslator(c)
 	require.Equal(t, "GPU", tr.Medium(kvcache.GPU))
 	require.Equal(t, "DISK", tr.Medium(3))
@@ -81,23 +114,10 @@ func TestTranslatorRebuildsTheCache(t *testing.T) {
 	unreachable, reannounced := 0, 0
 	stranded := map[uint64]bool{}
 	for step := range 600 {
-		base := uint32(rng.IntN(8)) * 100
-		prompt := make([]uint32, 4*(1+rng.IntN(5)))
-		for i := range prompt {
-			prompt[i] = base + uint32(i)
-		}
-		req := kvcache.Request{Tokens: prompt, LoRA: []string{"", "sql"}[rng.IntN(2)]}
-		if rng.IntN(4) == 0 {
-			req.Extra = []radix.ExtraKey{{Pos: 1, Value: 77}}
-		}
-		switch {
-		case step == 300:
+		if step == 300 {
 			require.NoError(t, c.Clear())
-		default:
-			plan, err := c.Acquire(req)
-			require.NoError(t, err)
-			require.NoError(t, c.Commit(plan.Seq, len(prompt)))
-			require.NoError(t, c.Release(plan.Seq))
+		} else {
+			serve(t, c, randomRequest(rng))
 		}
 		var dropped uint64
 		buf, dropped, err = c.TakeEvents(buf[:0])

@@ -1,0 +1,280 @@
+package kvevents
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+)
+
+// ErrInvalidOptions is wrapped by the errors of NewPublisher and
+// NewSubscriber for options they cannot use.
+var ErrInvalidOptions = errors.New("kvevents: invalid options")
+
+// ErrClosed is returned by the calls on a closed Publisher or Subscriber.
+var ErrClosed = errors.New("kvevents: closed")
+
+// SubscriberOptions configures a Subscriber.
+type SubscriberOptions struct {
+	// Endpoint is the publisher's PUB endpoint, dialed by the SUB socket.
+	Endpoint string
+	// ReplayEndpoint, if set, is the publisher's ROUTER endpoint: a gap in
+	// the sequence numbers is filled from it.
+	ReplayEndpoint string
+	// Topic is the subscription prefix; "" receives every topic.
+	Topic string
+	// From, if set, is the first sequence number wanted: before reading
+	// live batches, the Subscriber replays from it (From = Ptr(uint64(0))
+	// for a subscriber that joins late and wants everything the publisher
+	// still buffers). Without it, the first live batch starts the stream.
+	// From needs ReplayEndpoint.
+	From *uint64
+	// ReplayTimeout bounds one replay; 0 means 5 s.
+	ReplayTimeout time.Duration
+	// Queue is how many received messages wait for Next; 0 means 1024.
+	Queue int
+}
+
+// Message is one batch as a Subscriber delivers it.
+type Message struct {
+	// Topic is the message's topic frame; a replayed batch has none on
+	// the wire and gets the topic of the live message that revealed the
+	// gap, or SubscriberOptions.Topic.
+	Topic string
+	Seq   uint64
+	Batch Batch
+	// Missed counts the batches just before this one that are lost for
+	// good: dropped on the way (a subscriber slower than the publisher's
+	// high-water mark) and no longer in the publisher's replay buffer, or
+	// with no replay endpoint to ask. A consumer that must stay exact
+	// forgets what it knows of the publisher (Index.Forget) and rebuilds
+	// from the following batches.
+	Missed uint64
+}
+
+// Subscriber receives a publisher's batches in sequence order: it
+// detects a gap in the sequence numbers and fills it from the replay
+// socket, skips duplicates, and decodes each payload. It is what a router
+// written in Go needs to follow one server, and what kvtier's tests use
+// to check a Publisher.
+//
+// A Subscriber is not safe for concurrent use: one goroutine calls Next.
+type Subscriber struct {
+	opts    SubscriberOptions
+	ctx     context.Context
+	cancel  context.CancelFunc
+	sub     zmq4.Socket
+	live    chan zmq4.Msg
+	started bool // a sequence number was seen or From set
+	next    uint64
+	pending []pendingMessage
+	replays int
+	joined  bool // the replay from From is done
+}
+
+// pendingMessage is a replayed message waiting for Next, with its
+// decoding error.
+type pendingMessage struct {
+	m   Message
+	err error
+}
+
+// NewSubscriber dials the publisher. The subscription takes effect at the
+// publisher asynchronously: batches published in the meantime reach this
+// subscriber only through a replay (set From or ReplayEndpoint).
+func NewSubscriber(ctx context.Context, opts SubscriberOptions) (*Subscriber, error) {
+	if opts.Endpoint == "" {
+		return nil, fmt.Errorf("%w: SubscriberOptions.Endpoint is empty", ErrInvalidOptions)
+	}
+	if opts.From != nil && opts.ReplayEndpoint == "" {
+		return nil, fmt.Errorf("%w: SubscriberOptions.From %d without a ReplayEndpoint", ErrInvalidOptions, *opts.From)
+	}
+	if opts.Queue < 0 || opts.ReplayTimeout < 0 {
+		return nil, fmt.Errorf("%w: Queue %d, ReplayTimeout %v", ErrInvalidOptions, opts.Queue, opts.ReplayTimeout)
+	}
+	if opts.Queue == 0 {
+		opts.Queue = 1024
+	}
+	if opts.ReplayTimeout == 0 {
+		opts.ReplayTimeout = 5 * time.Second
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s := &Subscriber{opts: opts, ctx: ctx, cancel: cancel, sub: zmq4.NewSub(ctx), live: make(chan zmq4.Msg, opts.Queue)}
+	if err := s.sub.Dial(opts.Endpoint); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("kvevents: SUB %s: %w", opts.Endpoint, err)
+	}
+	if err := s.sub.SetOption(zmq4.OptionSubscribe, opts.Topic); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("kvevents: subscribe %q: %w", opts.Topic, err)
+	}
+	if opts.From != nil {
+		s.started, s.next = true, *opts.From
+	}
+	go s.receive()
+	return s, nil
+}
+
+// receive pumps the SUB socket into s.live until the context ends. A
+// full queue blocks it; the socket then drops what the publisher sends
+// beyond its own queue, and the gap is replayed.
+func (s *Subscriber) receive() {
+	defer close(s.live)
+	for {
+		m, err := s.sub.Recv()
+		if err != nil {
+			return
+		}
+		select {
+		case s.live <- m:
+		case <-s.ctx.Done():
+			return
+		}
+	}
+}
+
+// Replays returns how many replays the Subscriber asked for.
+func (s *Subscriber) Replays() int { return s.replays }
+
+// Next returns the next batch in sequence order, waiting for it until
+// ctx ends. A payload that does not decode is returned with its sequence
+// number and an error wrapping ErrMalformed; the stream goes on after it.
+func (s *Subscriber) Next(ctx context.Context) (Message, error) {
+	if s.opts.From != nil && !s.joined {
+		if err := s.replay(*s.opts.From, nil); err != nil {
+			return Message{}, err
+		}
+		s.joined = true
+	}
+	for {
+		if len(s.pending) > 0 {
+			p := s.pending[0]
+			s.pending = s.pending[1:]
+			return p.m, p.err
+		}
+		var raw zmq4.Msg
+		select {
+		case <-ctx.Done():
+			return Message{}, ctx.Err()
+		case m, ok := <-s.live:
+			if !ok {
+				return Message{}, ErrClosed
+			}
+			raw = m
+		}
+		if len(raw.Frames) != 3 || len(raw.Frames[1]) != 8 {
+			return Message{}, fmt.Errorf("%w: a message of %d frames", ErrMalformed, len(raw.Frames))
+		}
+		seq := binary.BigEndian.Uint64(raw.Frames[1])
+		if s.started && seq < s.next {
+			continue // replayed already
+		}
+		if s.started && seq > s.next && s.opts.ReplayEndpoint != "" {
+			if err := s.replay(s.next, &raw); err != nil {
+				return Message{}, err
+			}
+			continue
+		}
+		m, err := s.message(string(raw.Frames[0]), seq, raw.Frames[2])
+		return m, err
+	}
+}
+
+// message decodes one batch and moves the expected sequence number past
+// it, counting what was skipped.
+func (s *Subscriber) message(topic string, seq uint64, payload []byte) (Message, error) {
+	m := Message{Topic: topic, Seq: seq}
+	if s.started && seq > s.next {
+		m.Missed = seq - s.next
+	}
+	s.started, s.next = true, seq+1
+	b, err := Decode(payload)
+	if err != nil {
+		return m, fmt.Errorf("seq %d: %w", seq, err)
+	}
+	m.Batch = b
+	return m, nil
+}
+
+// replay asks the publisher for every batch from from on and queues them
+// in s.pending, then live, the message that revealed the gap, if the
+// replay did not cover it.
+func (s *Subscriber) replay(from uint64, live *zmq4.Msg) error {
+	s.replays++
+	ctx, cancel := context.WithTimeout(s.ctx, s.opts.ReplayTimeout)
+	defer cancel()
+	d := zmq4.NewDealer(ctx)
+	defer func() { _ = d.Close() }()
+	if err := d.Dial(s.opts.ReplayEndpoint); err != nil {
+		return fmt.Errorf("kvevents: replay %s: %w", s.opts.ReplayEndpoint, err)
+	}
+	var sb [8]byte
+	binary.BigEndian.PutUint64(sb[:], from)
+	if err := d.SendMulti(zmq4.NewMsgFrom(nil, sb[:])); err != nil {
+		return fmt.Errorf("kvevents: replay from %d: %w", from, err)
+	}
+	topic := s.opts.Topic
+	if live != nil {
+		topic = string(live.Frames[0])
+	}
+	// zmq4's Recv has no deadline of its own: a goroutine receives, and
+	// closing the dealer at the timeout ends it.
+	replies := make(chan zmq4.Msg)
+	go func() {
+		defer close(replies)
+		for {
+			r, err := d.Recv()
+			if err != nil {
+				return
+			}
+			select {
+			case replies <- r:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		var r zmq4.Msg
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kvevents: replay from %d: %w", from, ctx.Err())
+		case m, ok := <-replies:
+			if !ok {
+				if ctx.Err() != nil { // the dealer closes when ctx ends
+					return fmt.Errorf("kvevents: replay from %d: %w", from, ctx.Err())
+				}
+				return fmt.Errorf("kvevents: replay from %d: the socket closed", from)
+			}
+			r = m
+		}
+		if len(r.Frames) != 3 || len(r.Frames[1]) != 8 {
+			return fmt.Errorf("%w: a replay message of %d frames", ErrMalformed, len(r.Frames))
+		}
+		seq := binary.BigEndian.Uint64(r.Frames[1])
+		if seq == ^uint64(0) {
+			break
+		}
+		if seq < s.next {
+			continue
+		}
+		m, err := s.message(topic, seq, r.Frames[2])
+		s.pending = append(s.pending, pendingMessage{m, err})
+	}
+	if live != nil {
+		if seq := binary.BigEndian.Uint64(live.Frames[1]); seq >= s.next {
+			m, err := s.message(string(live.Frames[0]), seq, live.Frames[2])
+			s.pending = append(s.pending, pendingMessage{m, err})
+		}
+	}
+	return nil
+}
+
+// Close closes the socket; Next then returns ErrClosed.
+func (s *Subscriber) Close() error {
+	s.cancel()
+	return s.sub.Close()
+}
