@@ -232,3 +232,44 @@ func (tr *Translator) store(dst []Event, h uint64, b *block) []Event {
 	}
 	return append(dst, s)
 }
+
+// Reachable returns the blocks of c that a router can use, with their
+// medium names: those that hold bytes and whose ancestors all do. It is
+// what the Translator has announced once every event c emitted so far
+// went through Append, so a consumer's view (an Index) can be checked
+// against it. It calls c.Blocks and has its cost.
+func (tr *Translator) Reachable(c *kvcache.Cache) (map[uint64]string, error) {
+	blocks, err := c.Blocks(nil)
+	if err != nil {
+		return nil, err
+	}
+	byHash := make(map[uint64]*kvcache.CachedBlock, len(blocks))
+	for i := range blocks {
+		byHash[blocks[i].Hash] = &blocks[i]
+	}
+	// state: 0 unknown, 1 reachable, 2 not; a chain is walked once.
+	state := make(map[uint64]uint8, len(blocks))
+	var walk func(b *kvcache.CachedBlock) bool
+	walk = func(b *kvcache.CachedBlock) bool {
+		if s := state[b.Hash]; s != 0 {
+			return s == 1
+		}
+		ok := b.Medium != kvcache.Dropped
+		if ok && b.HasParent {
+			p := byHash[b.ParentHash]
+			ok = p != nil && walk(p)
+		}
+		state[b.Hash] = 2
+		if ok {
+			state[b.Hash] = 1
+		}
+		return ok
+	}
+	out := make(map[uint64]string)
+	for i := range blocks {
+		if walk(&blocks[i]) {
+			out[blocks[i].Hash] = tr.Medium(blocks[i].Medium)
+		}
+	}
+	return out, nil
+}

@@ -14,7 +14,9 @@ import (
 )
 
 // reachable returns the blocks of c a router can use, with their media:
-// those that hold bytes and whose ancestors all do.
+// those that hold bytes and whose ancestors all do, computed here from
+// Cache.Blocks by a plain walk up every chain; Translator.Reachable must
+// say the same.
 func reachable(t *testing.T, c *kvcache.Cache, tr *kvevents.Translator) map[uint64]string {
 	t.Helper()
 	blocks, err := c.Blocks(nil)
@@ -24,22 +26,24 @@ func reachable(t *testing.T, c *kvcache.Cache, tr *kvevents.Translator) map[uint
 		byHash[b.Hash] = b
 	}
 	out := map[uint64]string{}
-	var ok func(b kvcache.CachedBlock) bool
-	ok = func(b kvcache.CachedBlock) bool {
-		if b.Medium == kvcache.Dropped {
-			return false
-		}
-		if !b.HasParent {
-			return true
-		}
-		p, known := byHash[b.ParentHash]
-		return known && ok(p)
-	}
 	for _, b := range blocks {
-		if ok(b) {
+		ok := true
+		for x := b; ok; {
+			if x.Medium == kvcache.Dropped {
+				ok = false
+			} else if !x.HasParent {
+				break
+			} else {
+				x, ok = byHash[x.ParentHash]
+			}
+		}
+		if ok {
 			out[b.Hash] = tr.Medium(b.Medium)
 		}
 	}
+	fast, err := tr.Reachable(c)
+	require.NoError(t, err)
+	require.Equal(t, out, fast, "Translator.Reachable")
 	return out
 }
 
