@@ -11,19 +11,20 @@ import (
 // events, in the order consumers rely on: a block's store on a new medium
 // before its removal from the old one, and a parent before its children.
 //
-// A router can only use a block whose parent it holds (it scores a
-// server by the longest prefix of a request's blocks the server holds),
-// and vLLM's consumers drop a BlockStored whose parent they do not know.
-// kvtier's policies, though, evict units, not leaves first: a parent can
-// lose its bytes while a child keeps them, and the cache does not reuse
-// such a child until the parent is recomputed. So the Translator
-// announces exactly the reachable blocks: those that hold bytes and whose
-// ancestors all do. When a block stops being reachable, it and then its
-// announced descendants are removed, children first; when it becomes
-// reachable again (its parent recomputed), it and its descendants that
-// hold bytes are stored again, parents first. Every BlockStored it sends
-// therefore has a parent the consumer holds, and every BlockRemoved names
-// a block on the medium the consumer holds it on.
+// A router scores a server by the longest prefix of a request's blocks
+// the server holds, and vLLM's consumers drop a BlockStored whose parent
+// they do not know. kvtier's policies, though, evict units, not leaves
+// first: a parent can lose its bytes while a child keeps them. Such a
+// child still saves its server work (the cache recomputes the parent and
+// loads the child), but a prefix score cannot count it and a consumer
+// that needs parents cannot place it. So the Translator announces exactly
+// the reachable blocks: those that hold bytes and whose ancestors all do.
+// When a block stops being reachable, it and then its announced
+// descendants are removed, children first; when it becomes reachable
+// again (its parent recomputed), it and its descendants that hold bytes
+// are stored again, parents first. Every BlockStored it sends therefore
+// has a parent the consumer holds, and every BlockRemoved names a block
+// on the medium the consumer holds it on.
 //
 // The mapping:
 //   - kvcache.BlockStored becomes a BlockStored on the tier's medium;

@@ -12,8 +12,8 @@ import (
 // TestRouterViewMatchesEveryStep runs the example over real ZMQ sockets
 // on loopback, in both wire layouts and hash encodings and both routings,
 // and reads its JSON lines: one check per step and server, every one a
-// match, the router's prediction of the reused tokens exact on every
-// request, and prefix routing reusing more than round robin.
+// match, the router's prediction of the reused tokens a lower bound and
+// nearly always exact, and prefix routing reusing more than round robin.
 func TestRouterViewMatchesEveryStep(t *testing.T) {
 	const steps = 150
 	reused := map[string]float64{}
@@ -32,7 +32,11 @@ func TestRouterViewMatchesEveryStep(t *testing.T) {
 			require.NoError(t, json.Unmarshal([]byte(line), &c))
 			require.Equal(t, i/2, c.Step)
 			require.True(t, c.Match, "line %d: %s", i, line)
-			require.Equal(t, c.Predicted, c.Reused, "line %d: %s", i, line)
+			// A server may reuse more than the prefix the router sees (a
+			// block behind a dropped one is loaded while the dropped one
+			// is recomputed), never less: nothing here prices a load
+			// above a recompute.
+			require.LessOrEqual(t, c.Predicted, c.Reused, "line %d: %s", i, line)
 			for m := range c.Blocks {
 				media[m] = true
 			}
@@ -44,7 +48,7 @@ func TestRouterViewMatchesEveryStep(t *testing.T) {
 		require.Equal(t, 2*steps, s.Checks)
 		require.Equal(t, s.Checks, s.Matched)
 		require.Equal(t, steps, s.Requests)
-		require.Equal(t, steps, s.Exact)
+		require.Greater(t, s.Exact, steps*9/10)
 		require.Positive(t, s.Events)
 		require.Positive(t, s.WireBytes)
 		reused[args[5]] = s.ReusedFrac
