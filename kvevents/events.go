@@ -2,9 +2,10 @@
 // KV-aware routers written against vLLM (llm-d's KV-cache indexer, NVIDIA
 // Dynamo, ...) can consume a kvtier server's events without changes.
 //
-// The package is deliberately independent of kvcache: it defines its own
-// event types, and a translation layer elsewhere maps kvcache events onto
-// them.
+// The wire types (BlockStored, BlockRemoved, AllBlocksCleared, Batch), the
+// Encoder, Decode, Publisher, Subscriber and Index know nothing of kvcache:
+// a router can use them alone. Translator maps a kvcache.Cache's events
+// onto them.
 //
 // # Wire format
 //
