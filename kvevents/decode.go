@@ -8,6 +8,7 @@ import (
 	"math"
 
 	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
 // ErrMalformed is wrapped by the errors of Decode: the payload is not a
@@ -25,21 +26,22 @@ var ErrMalformed = errors.New("kvevents: malformed payload")
 // back as int64, or uint64 above math.MaxInt64, whatever width the sender
 // wrote.
 //
-// Decode is for consumers: a router written in Go, a test, an audit. Its
-// errors wrap ErrMalformed.
+// Decode is for consumers: a router written in Go, a test, an audit. It
+// reads untrusted bytes: what it allocates is bounded by the payload's
+// size, and values nest at most MaxDepth deep. Its errors wrap
+// ErrMalformed.
 func Decode(payload []byte) (Batch, error) {
 	// A bytes.Reader is an io.ByteScanner, so the decoder reads it
 	// without a buffer of its own and r.Len says what is left.
 	r := bytes.NewReader(payload)
-	dec := msgpack.NewDecoder(r)
-	v, err := dec.DecodeInterface()
+	p := parser{r: r, dec: msgpack.NewDecoder(r)}
+	v, err := p.value(0)
 	if err != nil {
-		return Batch{}, fmt.Errorf("%w: %w", ErrMalformed, err)
+		return Batch{}, err
 	}
 	if r.Len() > 0 {
 		return Batch{}, fmt.Errorf("%w: %d bytes after the batch", ErrMalformed, r.Len())
 	}
-	v = loosen(v)
 	var ts, events, rank any
 	switch b := v.(type) {
 	case []any:
@@ -68,7 +70,7 @@ func Decode(payload []byte) (Batch, error) {
 		out.DPRank = &r
 	}
 	evs, ok := events.([]any)
-	if !ok && events != nil {
+	if !ok {
 		return Batch{}, fmt.Errorf("%w: events of type %T", ErrMalformed, events)
 	}
 	out.Events = make([]Event, 0, len(evs))
@@ -176,47 +178,97 @@ func decodeEvent(v any) (Event, error) {
 	return AllBlocksCleared{}, nil
 }
 
-// loosen turns every integer in v into an int64, or a uint64 when it
-// does not fit, so that the conversions below (and extra key values) see
-// one type per sign whatever width the sender chose. (The decoder's own
-// loose mode would also turn bytes into strings, and a bytes hash is not
-// a string.)
-func loosen(v any) any {
+// MaxDepth is how deep Decode lets values nest: a batch, its events, an
+// event, its extra keys and their values need 5 or 6 levels.
+const MaxDepth = 32
+
+// parser reads msgpack values with the limits untrusted input needs:
+// msgpack's own generic decoding sizes a slice or map from its length
+// header, so 5 bytes can claim 4 billion elements, and it recurses
+// without a bound.
+type parser struct {
+	r   *bytes.Reader
+	dec *msgpack.Decoder
+}
+
+// value reads one value at nesting depth. Every integer comes back as an
+// int64, or a uint64 when it does not fit, whatever width the sender
+// chose. (msgpack's loose mode would do that too, but it also turns bytes
+// into strings, and a bytes hash is not a string.) Maps must have string
+// keys.
+func (p *parser) value(depth int) (any, error) {
+	if depth > MaxDepth {
+		return nil, fmt.Errorf("%w: values nest deeper than %d", ErrMalformed, MaxDepth)
+	}
+	c, err := p.dec.PeekCode()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	switch {
+	case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
+		n, err := p.dec.DecodeArrayLen()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+		}
+		if n > p.r.Len() { // every element takes a byte at least
+			return nil, fmt.Errorf("%w: an array of %d elements in %d bytes", ErrMalformed, n, p.r.Len())
+		}
+		out := make([]any, n)
+		for i := range out {
+			if out[i], err = p.value(depth + 1); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	case msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32:
+		n, err := p.dec.DecodeMapLen()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+		}
+		if n > p.r.Len()/2 {
+			return nil, fmt.Errorf("%w: a map of %d entries in %d bytes", ErrMalformed, n, p.r.Len())
+		}
+		out := make(map[string]any, n)
+		for range n {
+			k, err := p.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			key, ok := k.(string)
+			if !ok {
+				return nil, fmt.Errorf("%w: a map key %v of type %T", ErrMalformed, k, k)
+			}
+			if out[key], err = p.value(depth + 1); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	// A scalar: strings and bytes are read as they arrive, not
+	// allocated from their length header.
+	v, err := p.dec.DecodeInterface()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
 	switch x := v.(type) {
 	case int8:
-		return int64(x)
+		return int64(x), nil
 	case int16:
-		return int64(x)
+		return int64(x), nil
 	case int32:
-		return int64(x)
-	case int:
-		return int64(x)
+		return int64(x), nil
 	case uint8:
-		return int64(x)
+		return int64(x), nil
 	case uint16:
-		return int64(x)
+		return int64(x), nil
 	case uint32:
-		return int64(x)
-	case uint:
-		return loosen(uint64(x))
+		return int64(x), nil
 	case uint64:
 		if x <= math.MaxInt64 {
-			return int64(x)
-		}
-	case []any:
-		for i := range x {
-			x[i] = loosen(x[i])
-		}
-	case map[string]any:
-		for k := range x {
-			x[k] = loosen(x[k])
-		}
-	case map[any]any:
-		for k := range x {
-			x[k] = loosen(x[k])
+			return int64(x), nil
 		}
 	}
-	return v
+	return v, nil
 }
 
 func toFloat(v any) (float64, bool) {
@@ -304,7 +356,7 @@ func toHashes(v any) ([]uint64, error) {
 
 func toTokens(v any) ([]uint32, error) {
 	xs, ok := v.([]any)
-	if !ok && v != nil {
+	if !ok {
 		return nil, fmt.Errorf("%w: token_ids of type %T", ErrMalformed, v)
 	}
 	out := make([]uint32, len(xs))

@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"reflect"
@@ -84,26 +85,30 @@ func TestDecodeForeignLayouts(t *testing.T) {
 // ErrMalformed, never a panic.
 func TestDecodeRejects(t *testing.T) {
 	for name, v := range map[string]any{
-		"not an array":      "batch",
-		"short batch":       []any{1.0},
-		"long batch":        []any{1.0, []any{}, 0, 1},
-		"bad timestamp":     []any{"now", []any{}},
-		"bad rank":          []any{1.0, []any{}, "zero"},
-		"events not a list": []any{1.0, 5},
-		"empty event":       []any{1.0, []any{[]any{}}},
-		"unknown tag":       []any{1.0, []any{[]any{"BlockEvicted", []any{1}}}},
-		"unknown type":      []any{1.0, []any{map[string]any{"type": "X"}}},
-		"event not a list":  []any{1.0, []any{7}},
-		"negative hash":     []any{1.0, []any{[]any{TagBlockRemoved, []any{-1}, "GPU"}}},
-		"empty bytes hash":  []any{1.0, []any{[]any{TagBlockRemoved, []any{[]byte{}}, "GPU"}}},
-		"hashes not a list": []any{1.0, []any{[]any{TagBlockRemoved, 5, "GPU"}}},
-		"bad medium":        []any{1.0, []any{[]any{TagBlockRemoved, []any{1}, 5}}},
-		"bad parent":        []any{1.0, []any{[]any{TagBlockStored, []any{1}, "p", []any{1}, 1, nil, "GPU", nil}}},
-		"negative token":    []any{1.0, []any{[]any{TagBlockStored, []any{1}, nil, []any{-1}, 1, nil, "GPU", nil}}},
-		"huge token":        []any{1.0, []any{[]any{TagBlockStored, []any{1}, nil, []any{uint64(1) << 32}, 1, nil, "GPU", nil}}},
-		"bad block size":    []any{1.0, []any{[]any{TagBlockStored, []any{1}, nil, []any{1}, "one", nil, "GPU", nil}}},
-		"extra keys count":  []any{1.0, []any{[]any{TagBlockStored, []any{1}, nil, []any{1}, 1, nil, "GPU", nil, []any{nil, nil}}}},
-		"extra keys entry":  []any{1.0, []any{[]any{TagBlockStored, []any{1}, nil, []any{1}, 1, nil, "GPU", nil, []any{5}}}},
+		"not an array":       "batch",
+		"short batch":        []any{1.0},
+		"long batch":         []any{1.0, []any{}, 0, 1},
+		"bad timestamp":      []any{"now", []any{}},
+		"bad rank":           []any{1.0, []any{}, "zero"},
+		"events not a list":  []any{1.0, 5},
+		"empty event":        []any{1.0, []any{[]any{}}},
+		"unknown tag":        []any{1.0, []any{[]any{"BlockEvicted", []any{1}}}},
+		"unknown type":       []any{1.0, []any{map[string]any{"type": "X"}}},
+		"event not a list":   []any{1.0, []any{7}},
+		"negative hash":      []any{1.0, []any{[]any{TagBlockRemoved, []any{-1}, "GPU"}}},
+		"empty bytes hash":   []any{1.0, []any{[]any{TagBlockRemoved, []any{[]byte{}}, "GPU"}}},
+		"hashes not a list":  []any{1.0, []any{[]any{TagBlockRemoved, 5, "GPU"}}},
+		"bad medium":         []any{1.0, []any{[]any{TagBlockRemoved, []any{1}, 5}}},
+		"bad parent":         []any{1.0, []any{[]any{TagBlockStored, []any{1}, "p", []any{1}, 1, nil, "GPU", nil}}},
+		"negative token":     []any{1.0, []any{[]any{TagBlockStored, []any{1}, nil, []any{-1}, 1, nil, "GPU", nil}}},
+		"huge token":         []any{1.0, []any{[]any{TagBlockStored, []any{1}, nil, []any{uint64(1) << 32}, 1, nil, "GPU", nil}}},
+		"bad block size":     []any{1.0, []any{[]any{TagBlockStored, []any{1}, nil, []any{1}, "one", nil, "GPU", nil}}},
+		"extra keys count":   []any{1.0, []any{[]any{TagBlockStored, []any{1}, nil, []any{1}, 1, nil, "GPU", nil, []any{nil, nil}}}},
+		"extra keys entry":   []any{1.0, []any{[]any{TagBlockStored, []any{1}, nil, []any{1}, 1, nil, "GPU", nil, []any{5}}}},
+		"no events":          []any{1.0, nil},
+		"map without events": map[string]any{"ts": 1.0},
+		"no token ids":       []any{1.0, []any{[]any{TagBlockStored, []any{1}, nil, nil, 1, nil, "GPU", nil}}},
+		"int map key":        []any{1.0, []any{map[int]any{1: 2}}},
 	} {
 		raw, err := msgpack.Marshal(v)
 		if err != nil {
@@ -113,9 +118,15 @@ func TestDecodeRejects(t *testing.T) {
 			t.Errorf("%s: error %v, want ErrMalformed", name, err)
 		}
 	}
-	for _, raw := range [][]byte{nil, {0xc1}, {0x92, 0xcb}, append(encodeOrFail(t, EncoderOptions{}, Batch{}), 0)} {
+	// Untrusted lengths and depths: an array or map header claiming
+	// billions of elements in 5 bytes must not allocate them, and deep
+	// nesting must not exhaust the stack.
+	deep := bytes.Repeat([]byte{0x91}, 5<<20)
+	for _, raw := range [][]byte{nil, {0xc1}, {0x92, 0xcb}, append(encodeOrFail(t, EncoderOptions{}, Batch{}), 0),
+		{0xdd, 0xff, 0xff, 0xff, 0xff}, {0xdf, 0x10, 0, 0, 0}, {0xdf, 0x01, 0, 0, 0}, {0xdb, 0xff, 0xff, 0xff, 0xff},
+		{0xc6, 0xff, 0xff, 0xff, 0xff}, deep, append(bytes.Repeat([]byte{0x91}, MaxDepth+2), 0xc0)} {
 		if _, err := Decode(raw); !errors.Is(err, ErrMalformed) {
-			t.Errorf("%x: error %v, want ErrMalformed", raw, err)
+			t.Errorf("%x: error %v, want ErrMalformed", raw[:min(len(raw), 16)], err)
 		}
 	}
 }
