@@ -9,8 +9,8 @@ import (
 // each publisher (a server, named by the caller, for example by its
 // topic), the media each block hash is stored on. It is what a KV-aware
 // router keeps, in its simplest form, and serves to check a publisher:
-// after each batch, a publisher's view here should equal what its cache
-// holds (kvcache.Cache.Blocks).
+// after each batch, a kvtier publisher's view here should equal the
+// blocks its Translator announces (Translator.Reachable).
 //
 // The zero value is an empty Index ready to use. An Index is not safe
 // for concurrent use.

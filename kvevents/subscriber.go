@@ -29,10 +29,14 @@ type SubscriberOptions struct {
 	// From, if set, is the first sequence number wanted: before reading
 	// live batches, the Subscriber replays from it (From = Ptr(uint64(0))
 	// for a subscriber that joins late and wants everything the publisher
-	// still buffers). Without it, the first live batch starts the stream.
-	// From needs ReplayEndpoint.
+	// still buffers). Without it, the first live batch starts the stream
+	// and what was published before it is not asked for. From needs
+	// ReplayEndpoint.
 	From *uint64
-	// ReplayTimeout bounds one replay; 0 means 5 s.
+	// DialTimeout bounds connecting to an endpoint, the ZMTP handshake
+	// included; 0 means 5 s.
+	DialTimeout time.Duration
+	// ReplayTimeout bounds one replay, its dial included; 0 means 5 s.
 	ReplayTimeout time.Duration
 	// Queue is how many received messages wait for Next; 0 means 1024.
 	Queue int
@@ -49,10 +53,14 @@ type Message struct {
 	// Missed counts the batches just before this one that are lost for
 	// good: dropped on the way (a subscriber slower than the publisher's
 	// high-water mark) and no longer in the publisher's replay buffer, or
-	// with no replay endpoint to ask. A consumer that must stay exact
-	// forgets what it knows of the publisher (Index.Forget) and rebuilds
-	// from the following batches.
-	Missed uint64
+	// with no replay endpoint to ask, or the replay failed (ReplayError
+	// says why). A consumer's view of the publisher is then incomplete:
+	// the lost batches' blocks are unknown, and blocks announced before
+	// are not announced again. A consumer that must not overestimate
+	// forgets the publisher (Index.Forget) and builds again from what
+	// follows, a subset of what the publisher holds.
+	Missed      uint64
+	ReplayError error
 }
 
 // Subscriber receives a publisher's batches in sequence order: it
@@ -60,6 +68,10 @@ type Message struct {
 // socket, skips duplicates, and decodes each payload. It is what a router
 // written in Go needs to follow one server, and what kvtier's tests use
 // to check a Publisher.
+//
+// A publisher that restarts numbers its batches from 0 again; a
+// Subscriber does not reconnect to it and does not tell a restart from a
+// duplicate: make a new Subscriber (and forget the server's blocks).
 //
 // A Subscriber is not safe for concurrent use: one goroutine calls Next.
 type Subscriber struct {
@@ -71,20 +83,26 @@ type Subscriber struct {
 	started bool // a sequence number was seen or From set
 	next    uint64
 	pending []pendingMessage
+	held    *zmq4.Msg // a live message whose gap is still to replay
 	replays int
 	joined  bool // the replay from From is done
 }
 
-// pendingMessage is a replayed message waiting for Next, with its
-// decoding error.
+// pendingMessage is a message waiting for Next, with its decoding error.
 type pendingMessage struct {
 	m   Message
 	err error
 }
 
-// NewSubscriber dials the publisher. The subscription takes effect at the
-// publisher asynchronously: batches published in the meantime reach this
-// subscriber only through a replay (set From or ReplayEndpoint).
+// NewSubscriber dials the publisher; ctx bounds the dial (with
+// DialTimeout), Close releases the socket. The subscription takes effect
+// at the publisher asynchronously: batches published in the meantime
+// reach this subscriber only through a replay (set From).
+//
+// zmq4 cannot interrupt a ZMTP handshake with a peer that accepts the
+// connection and never answers: past DialTimeout (or ctx), NewSubscriber
+// and replays give up, and the goroutine left in the handshake ends when
+// the peer closes the connection.
 func NewSubscriber(ctx context.Context, opts SubscriberOptions) (*Subscriber, error) {
 	if opts.Endpoint == "" {
 		return nil, fmt.Errorf("%w: SubscriberOptions.Endpoint is empty", ErrInvalidOptions)
@@ -92,8 +110,8 @@ func NewSubscriber(ctx context.Context, opts SubscriberOptions) (*Subscriber, er
 	if opts.From != nil && opts.ReplayEndpoint == "" {
 		return nil, fmt.Errorf("%w: SubscriberOptions.From %d without a ReplayEndpoint", ErrInvalidOptions, *opts.From)
 	}
-	if opts.Queue < 0 || opts.ReplayTimeout < 0 {
-		return nil, fmt.Errorf("%w: Queue %d, ReplayTimeout %v", ErrInvalidOptions, opts.Queue, opts.ReplayTimeout)
+	if opts.Queue < 0 || opts.ReplayTimeout < 0 || opts.DialTimeout < 0 {
+		return nil, fmt.Errorf("%w: Queue %d, ReplayTimeout %v, DialTimeout %v", ErrInvalidOptions, opts.Queue, opts.ReplayTimeout, opts.DialTimeout)
 	}
 	if opts.Queue == 0 {
 		opts.Queue = 1024
@@ -101,14 +119,19 @@ func NewSubscriber(ctx context.Context, opts SubscriberOptions) (*Subscriber, er
 	if opts.ReplayTimeout == 0 {
 		opts.ReplayTimeout = 5 * time.Second
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	s := &Subscriber{opts: opts, ctx: ctx, cancel: cancel, sub: zmq4.NewSub(ctx), live: make(chan zmq4.Msg, opts.Queue)}
-	if err := s.sub.Dial(opts.Endpoint); err != nil {
-		s.Close()
+	if opts.DialTimeout == 0 {
+		opts.DialTimeout = 5 * time.Second
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	s := &Subscriber{opts: opts, ctx: sctx, cancel: cancel, sub: zmq4.NewSub(sctx), live: make(chan zmq4.Msg, opts.Queue)}
+	dctx, dcancel := context.WithTimeout(ctx, opts.DialTimeout)
+	defer dcancel()
+	if err := dial(dctx, s.sub, opts.Endpoint); err != nil {
+		_ = s.Close()
 		return nil, fmt.Errorf("kvevents: SUB %s: %w", opts.Endpoint, err)
 	}
 	if err := s.sub.SetOption(zmq4.OptionSubscribe, opts.Topic); err != nil {
-		s.Close()
+		_ = s.Close()
 		return nil, fmt.Errorf("kvevents: subscribe %q: %w", opts.Topic, err)
 	}
 	if opts.From != nil {
@@ -118,8 +141,21 @@ func NewSubscriber(ctx context.Context, opts SubscriberOptions) (*Subscriber, er
 	return s, nil
 }
 
-// receive pumps the SUB socket into s.live until the context ends. A
-// full queue blocks it; the socket then drops what the publisher sends
+// dial connects sock to endpoint, giving up when ctx ends: zmq4's Dial
+// has no deadline of its own (see NewSubscriber).
+func dial(ctx context.Context, sock zmq4.Socket, endpoint string) error {
+	done := make(chan error, 1)
+	go func() { done <- sock.Dial(endpoint) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// receive pumps the SUB socket into s.live until the Subscriber closes.
+// A full queue blocks it; the socket then drops what the publisher sends
 // beyond its own queue, and the gap is replayed.
 func (s *Subscriber) receive() {
 	defer close(s.live)
@@ -140,11 +176,13 @@ func (s *Subscriber) receive() {
 func (s *Subscriber) Replays() int { return s.replays }
 
 // Next returns the next batch in sequence order, waiting for it until
-// ctx ends. A payload that does not decode is returned with its sequence
-// number and an error wrapping ErrMalformed; the stream goes on after it.
+// ctx ends; replays are bounded by ctx too. A payload that does not
+// decode is returned with its sequence number and an error wrapping
+// ErrMalformed; the stream goes on after it. After Close, Next returns
+// the batches already queued, then ErrClosed.
 func (s *Subscriber) Next(ctx context.Context) (Message, error) {
 	if s.opts.From != nil && !s.joined {
-		if err := s.replay(*s.opts.From, nil); err != nil {
+		if err := s.replay(ctx, *s.opts.From, nil); err != nil {
 			return Message{}, err
 		}
 		s.joined = true
@@ -156,14 +194,18 @@ func (s *Subscriber) Next(ctx context.Context) (Message, error) {
 			return p.m, p.err
 		}
 		var raw zmq4.Msg
-		select {
-		case <-ctx.Done():
-			return Message{}, ctx.Err()
-		case m, ok := <-s.live:
-			if !ok {
-				return Message{}, ErrClosed
+		if s.held != nil {
+			raw, s.held = *s.held, nil
+		} else {
+			select {
+			case <-ctx.Done():
+				return Message{}, ctx.Err()
+			case m, ok := <-s.live:
+				if !ok {
+					return Message{}, ErrClosed
+				}
+				raw = m
 			}
-			raw = m
 		}
 		if len(raw.Frames) != 3 || len(raw.Frames[1]) != 8 {
 			return Message{}, fmt.Errorf("%w: a message of %d frames", ErrMalformed, len(raw.Frames))
@@ -173,13 +215,25 @@ func (s *Subscriber) Next(ctx context.Context) (Message, error) {
 			continue // replayed already
 		}
 		if s.started && seq > s.next && s.opts.ReplayEndpoint != "" {
-			if err := s.replay(s.next, &raw); err != nil {
+			err := s.replay(ctx, s.next, &raw)
+			switch {
+			case err == nil:
+			case ctx.Err() != nil:
+				// The caller gave up: the gap is replayed on the next call.
+				s.held = &raw
 				return Message{}, err
+			default:
+				// What the replay did not bring is lost: deliver what
+				// follows, with the loss counted.
+				if seq := binary.BigEndian.Uint64(raw.Frames[1]); seq >= s.next {
+					m, derr := s.message(string(raw.Frames[0]), seq, raw.Frames[2])
+					m.ReplayError = err
+					s.pending = append(s.pending, pendingMessage{m, derr})
+				}
 			}
 			continue
 		}
-		m, err := s.message(string(raw.Frames[0]), seq, raw.Frames[2])
-		return m, err
+		return s.message(string(raw.Frames[0]), seq, raw.Frames[2])
 	}
 }
 
@@ -200,15 +254,18 @@ func (s *Subscriber) message(topic string, seq uint64, payload []byte) (Message,
 }
 
 // replay asks the publisher for every batch from from on and queues them
-// in s.pending, then live, the message that revealed the gap, if the
-// replay did not cover it.
-func (s *Subscriber) replay(from uint64, live *zmq4.Msg) error {
+// in s.pending, with live, the message that revealed the gap, in its
+// place among them. It gives up when ctx ends, after ReplayTimeout, or
+// when the Subscriber closes; what it queued before stays queued.
+func (s *Subscriber) replay(ctx context.Context, from uint64, live *zmq4.Msg) error {
 	s.replays++
-	ctx, cancel := context.WithTimeout(s.ctx, s.opts.ReplayTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.opts.ReplayTimeout)
 	defer cancel()
+	stop := context.AfterFunc(s.ctx, cancel)
+	defer stop()
 	d := zmq4.NewDealer(ctx)
 	defer func() { _ = d.Close() }()
-	if err := d.Dial(s.opts.ReplayEndpoint); err != nil {
+	if err := dial(ctx, d, s.opts.ReplayEndpoint); err != nil {
 		return fmt.Errorf("kvevents: replay %s: %w", s.opts.ReplayEndpoint, err)
 	}
 	var sb [8]byte
@@ -220,8 +277,23 @@ func (s *Subscriber) replay(from uint64, live *zmq4.Msg) error {
 	if live != nil {
 		topic = string(live.Frames[0])
 	}
+	// queueLive queues live once the replay has reached its place.
+	queueLive := func(before uint64) {
+		if live == nil {
+			return
+		}
+		seq := binary.BigEndian.Uint64(live.Frames[1])
+		if seq >= before {
+			return
+		}
+		if seq >= s.next {
+			m, err := s.message(string(live.Frames[0]), seq, live.Frames[2])
+			s.pending = append(s.pending, pendingMessage{m, err})
+		}
+		live = nil
+	}
 	// zmq4's Recv has no deadline of its own: a goroutine receives, and
-	// closing the dealer at the timeout ends it.
+	// closing the dealer when ctx ends stops it.
 	replies := make(chan zmq4.Msg)
 	go func() {
 		defer close(replies)
@@ -258,22 +330,19 @@ func (s *Subscriber) replay(from uint64, live *zmq4.Msg) error {
 		if seq == ^uint64(0) {
 			break
 		}
+		queueLive(seq)
 		if seq < s.next {
 			continue
 		}
 		m, err := s.message(topic, seq, r.Frames[2])
 		s.pending = append(s.pending, pendingMessage{m, err})
 	}
-	if live != nil {
-		if seq := binary.BigEndian.Uint64(live.Frames[1]); seq >= s.next {
-			m, err := s.message(string(live.Frames[0]), seq, live.Frames[2])
-			s.pending = append(s.pending, pendingMessage{m, err})
-		}
-	}
+	queueLive(^uint64(0))
 	return nil
 }
 
-// Close closes the socket; Next then returns ErrClosed.
+// Close closes the socket and ends a replay in progress; Next then
+// returns the batches already queued, then ErrClosed.
 func (s *Subscriber) Close() error {
 	s.cancel()
 	return s.sub.Close()

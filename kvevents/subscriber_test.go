@@ -2,11 +2,14 @@ package kvevents_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"math/rand/v2"
+	"net"
 	"testing"
 	"time"
 
+	"github.com/go-zeromq/zmq4"
 	"github.com/kvtier/kvtier/kvevents"
 	"github.com/stretchr/testify/require"
 )
@@ -52,7 +55,9 @@ func follow(t *testing.T, s *kvevents.Subscriber, ix *kvevents.Index, server str
 
 // TestLateSubscriberReplaysTheSameIndex: a cache's translated events go
 // out through a real Publisher on loopback. One subscriber is there from
-// the start, one joins halfway and asks for a replay from 0: both
+// the start and reads every batch as it is published (live, once its
+// first replay caught it up), one joins halfway and asks for a replay
+// from 0: both
 // rebuild the same index, equal to the cache's reachable blocks, and see
 // every sequence number once, in order.
 func TestLateSubscriberReplaysTheSameIndex(t *testing.T) {
@@ -63,6 +68,9 @@ func TestLateSubscriberReplaysTheSameIndex(t *testing.T) {
 	var late *kvevents.Subscriber
 	rng := rand.New(rand.NewPCG(3, 4))
 	var last uint64
+	var a, b kvevents.Index
+	var seqsA []uint64
+	var missedA uint64
 	const steps = 300
 	for step := range steps {
 		if step == steps/2 {
@@ -73,10 +81,12 @@ func TestLateSubscriberReplaysTheSameIndex(t *testing.T) {
 		require.NoError(t, err)
 		last, err = p.Publish(kvevents.Batch{Timestamp: float64(step), Events: tr.Append(nil, evs)})
 		require.NoError(t, err)
+		// The early subscriber keeps up, live after its first replay.
+		seqs, missed := follow(t, early, &a, "a", last)
+		seqsA = append(seqsA, seqs...)
+		missedA += missed
 	}
 	require.Equal(t, uint64(steps-1), last)
-	var a, b kvevents.Index
-	seqsA, missedA := follow(t, early, &a, "a", last)
 	seqsB, missedB := follow(t, late, &b, "a", last)
 	want := make([]uint64, steps)
 	for i := range want {
@@ -185,4 +195,181 @@ func TestSubscriberOptions(t *testing.T) {
 	require.NoError(t, p.Close())
 	_, err = p.Publish(kvevents.Batch{})
 	require.True(t, errors.Is(err, kvevents.ErrClosed))
+}
+
+// stalledPeer accepts TCP connections on loopback and never speaks: a
+// wedged publisher whose socket still accepts.
+func stalledPeer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-done
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return "tcp://" + ln.Addr().String()
+}
+
+// within fails unless f returns within d.
+func within(t *testing.T, d time.Duration, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { defer close(done); f() }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("%s did not return within %v", what, d)
+	}
+}
+
+// TestSubscriberDoesNotHangOnAStalledPeer: a peer that accepts and never
+// completes the handshake bounds NewSubscriber by DialTimeout, and a
+// replay by Next's ctx, and Close ends a replay in progress.
+func TestSubscriberDoesNotHangOnAStalledPeer(t *testing.T) {
+	stalled := stalledPeer(t)
+	within(t, 5*time.Second, "NewSubscriber", func() {
+		_, err := kvevents.NewSubscriber(context.Background(), kvevents.SubscriberOptions{Endpoint: stalled, DialTimeout: 200 * time.Millisecond})
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	})
+	p := newPublisher(t, kvevents.Options{})
+	for _, replay := range []string{stalled, "tcp://127.0.0.1:1"} { // stalled, refused
+		s, err := kvevents.NewSubscriber(context.Background(), kvevents.SubscriberOptions{Endpoint: p.Addr(), ReplayEndpoint: replay,
+			From: kvevents.Ptr(uint64(0))})
+		require.NoError(t, err)
+		within(t, 5*time.Second, "Next with a 100 ms ctx", func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			_, err := s.Next(ctx)
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+		})
+		within(t, 5*time.Second, "Close during a replay", func() {
+			errc := make(chan error, 1)
+			go func() { _, err := s.Next(context.Background()); errc <- err }()
+			time.Sleep(100 * time.Millisecond)
+			require.NoError(t, s.Close())
+			require.Error(t, <-errc)
+		})
+	}
+}
+
+// fakePublisher is a PUB socket and a ROUTER replay socket that the test
+// drives by hand: it sends the sequence numbers it is told, and answers a
+// replay with the ones it is told.
+type fakePublisher struct {
+	pub, router zmq4.Socket
+	payload     []byte
+}
+
+func newFakePublisher(t *testing.T, replay func(from uint64) []uint64) *fakePublisher {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &fakePublisher{pub: zmq4.NewPub(ctx), router: zmq4.NewRouter(ctx)}
+	t.Cleanup(func() { cancel(); _ = f.pub.Close(); _ = f.router.Close() })
+	require.NoError(t, f.pub.Listen("tcp://127.0.0.1:0"))
+	require.NoError(t, f.router.Listen("tcp://127.0.0.1:0"))
+	enc, err := kvevents.NewEncoder(kvevents.EncoderOptions{})
+	require.NoError(t, err)
+	f.payload, err = enc.Encode(kvevents.Batch{Timestamp: 1})
+	require.NoError(t, err)
+	go func() {
+		for {
+			m, err := f.router.Recv()
+			if err != nil {
+				return
+			}
+			if len(m.Frames) != 3 {
+				continue
+			}
+			for _, seq := range append(replay(binary.BigEndian.Uint64(m.Frames[2])), ^uint64(0)) {
+				var sb [8]byte
+				binary.BigEndian.PutUint64(sb[:], seq)
+				payload := f.payload
+				if seq == ^uint64(0) {
+					payload = nil
+				}
+				if f.router.SendMulti(zmq4.NewMsgFrom(m.Frames[0], nil, sb[:], payload)) != nil {
+					return
+				}
+			}
+		}
+	}()
+	return f
+}
+
+func (f *fakePublisher) send(t *testing.T, seq uint64) {
+	var sb [8]byte
+	binary.BigEndian.PutUint64(sb[:], seq)
+	require.NoError(t, f.pub.SendMulti(zmq4.NewMsgFrom([]byte("kv"), sb[:], f.payload)))
+}
+
+func addr(s zmq4.Socket) string { return "tcp://" + s.Addr().String() }
+
+// start subscribes s to f and waits until sequence 0 arrives.
+func (f *fakePublisher) start(t *testing.T, s *kvevents.Subscriber) {
+	for i := 0; ; i++ {
+		require.Less(t, i, 500, "the subscription never took effect")
+		f.send(t, 0)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		m, err := s.Next(ctx)
+		cancel()
+		if err == nil {
+			require.Equal(t, uint64(0), m.Seq)
+			return
+		}
+	}
+}
+
+// TestSubscriberGapOrder: a live batch that reveals a gap is delivered in
+// its place among the replayed ones, even when the publisher's buffer has
+// moved past it, with the loss counted where it is.
+func TestSubscriberGapOrder(t *testing.T) {
+	f := newFakePublisher(t, func(uint64) []uint64 { return []uint64{5, 6} })
+	s, err := kvevents.NewSubscriber(context.Background(), kvevents.SubscriberOptions{Endpoint: addr(f.pub), ReplayEndpoint: addr(f.router)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	f.start(t, s)
+	f.send(t, 3) // 1 and 2 are lost; the buffer now starts at 5
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var got [][2]uint64
+	for range 3 {
+		m, err := s.Next(ctx)
+		require.NoError(t, err)
+		got = append(got, [2]uint64{m.Seq, m.Missed})
+	}
+	require.Equal(t, [][2]uint64{{3, 2}, {5, 1}, {6, 0}}, got)
+}
+
+// TestSubscriberReplayFails: when the replay fails, the live batch that
+// revealed the gap is still delivered, with the loss and the reason.
+func TestSubscriberReplayFails(t *testing.T) {
+	f := newFakePublisher(t, func(uint64) []uint64 { return nil })
+	s, err := kvevents.NewSubscriber(context.Background(), kvevents.SubscriberOptions{Endpoint: addr(f.pub),
+		ReplayEndpoint: stalledPeer(t), ReplayTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	f.start(t, s)
+	f.send(t, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, err := s.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(4), m.Seq)
+	require.Equal(t, uint64(3), m.Missed)
+	require.ErrorIs(t, m.ReplayError, context.DeadlineExceeded)
 }
