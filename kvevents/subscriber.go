@@ -40,6 +40,13 @@ type SubscriberOptions struct {
 	ReplayTimeout time.Duration
 	// Queue is how many received messages wait for Next; 0 means 1024.
 	Queue int
+	// JoinPoll matters until the first live batch arrives: before that,
+	// the subscription may not be in effect at the publisher yet, and a
+	// batch published meanwhile is lost with no later batch to reveal
+	// the gap. So while Next waits, every JoinPoll it asks the replay
+	// socket for what follows the last batch it has. 0 means 250 ms;
+	// negative disables it. Without ReplayEndpoint there is no poll.
+	JoinPoll time.Duration
 }
 
 // Message is one batch as a Subscriber delivers it.
@@ -84,8 +91,10 @@ type Subscriber struct {
 	next    uint64
 	pending []pendingMessage
 	held    *zmq4.Msg // a live message whose gap is still to replay
-	replays int
-	joined  bool // the replay from From is done
+	// liveSeen says a live batch arrived: the subscription is in effect.
+	liveSeen bool
+	replays  int
+	joined   bool // the replay from From is done
 }
 
 // pendingMessage is a message waiting for Next, with its decoding error.
@@ -121,6 +130,9 @@ func NewSubscriber(ctx context.Context, opts SubscriberOptions) (*Subscriber, er
 	}
 	if opts.DialTimeout == 0 {
 		opts.DialTimeout = 5 * time.Second
+	}
+	if opts.JoinPoll == 0 {
+		opts.JoinPoll = 250 * time.Millisecond
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	s := &Subscriber{opts: opts, ctx: sctx, cancel: cancel, sub: zmq4.NewSub(sctx), live: make(chan zmq4.Msg, opts.Queue)}
@@ -197,15 +209,14 @@ func (s *Subscriber) Next(ctx context.Context) (Message, error) {
 		if s.held != nil {
 			raw, s.held = *s.held, nil
 		} else {
-			select {
-			case <-ctx.Done():
-				return Message{}, ctx.Err()
-			case m, ok := <-s.live:
-				if !ok {
-					return Message{}, ErrClosed
-				}
-				raw = m
+			m, polled, err := s.wait(ctx)
+			if err != nil {
+				return Message{}, err
 			}
+			if polled {
+				continue
+			}
+			raw = m
 		}
 		if len(raw.Frames) != 3 || len(raw.Frames[1]) != 8 {
 			return Message{}, fmt.Errorf("%w: a message of %d frames", ErrMalformed, len(raw.Frames))
@@ -234,6 +245,32 @@ func (s *Subscriber) Next(ctx context.Context) (Message, error) {
 			continue
 		}
 		return s.message(string(raw.Frames[0]), seq, raw.Frames[2])
+	}
+}
+
+// wait returns the next live message, or polled after a poll of the
+// replay socket (see SubscriberOptions.JoinPoll) queued what it found.
+func (s *Subscriber) wait(ctx context.Context) (_ zmq4.Msg, polled bool, _ error) {
+	var poll <-chan time.Time
+	if s.started && !s.liveSeen && s.opts.ReplayEndpoint != "" && s.opts.JoinPoll > 0 {
+		t := time.NewTimer(s.opts.JoinPoll)
+		defer t.Stop()
+		poll = t.C
+	}
+	select {
+	case <-ctx.Done():
+		return zmq4.Msg{}, false, ctx.Err()
+	case <-poll:
+		if err := s.replay(ctx, s.next, nil); err != nil && ctx.Err() != nil {
+			return zmq4.Msg{}, false, err
+		}
+		return zmq4.Msg{}, true, nil // a failed poll is tried again at the next one
+	case m, ok := <-s.live:
+		if !ok {
+			return zmq4.Msg{}, false, ErrClosed
+		}
+		s.liveSeen = true
+		return m, false, nil
 	}
 }
 

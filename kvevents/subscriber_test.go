@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -372,4 +373,41 @@ func TestSubscriberReplayFails(t *testing.T) {
 	require.Equal(t, uint64(4), m.Seq)
 	require.Equal(t, uint64(3), m.Missed)
 	require.ErrorIs(t, m.ReplayError, context.DeadlineExceeded)
+}
+
+// TestSubscriberJoinPoll: a batch published after the subscriber's first
+// replay but before its subscription is in effect at the publisher never
+// arrives live, and no later batch may come to reveal the gap; until a
+// live batch arrives, Next polls the replay socket and finds it.
+func TestSubscriberJoinPoll(t *testing.T) {
+	var mu sync.Mutex
+	buffered := []uint64{0}
+	f := newFakePublisher(t, func(from uint64) []uint64 {
+		mu.Lock()
+		defer mu.Unlock()
+		var out []uint64
+		for _, s := range buffered {
+			if s >= from {
+				out = append(out, s)
+			}
+		}
+		return out
+	})
+	s, err := kvevents.NewSubscriber(context.Background(), kvevents.SubscriberOptions{Endpoint: addr(f.pub), ReplayEndpoint: addr(f.router),
+		From: kvevents.Ptr(uint64(0)), JoinPoll: 50 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, err := s.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(0), m.Seq)
+	mu.Lock()
+	buffered = append(buffered, 1) // published, never sent live to this subscriber
+	mu.Unlock()
+	m, err = s.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), m.Seq)
+	require.Zero(t, m.Missed)
+	require.GreaterOrEqual(t, s.Replays(), 2)
 }
