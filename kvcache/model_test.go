@@ -399,6 +399,9 @@ type ledger struct {
 	// miss on every tier above it and a hit on t, one found nowhere a
 	// miss on every tier.
 	hits, misses [MaxTiers]uint64
+	// movedIn is, per tier (index t-1), the bytes of the executed
+	// copies down into it.
+	movedIn [MaxTiers]int64
 }
 
 // lookup records one unit lookup that found the unit on tier found
@@ -450,6 +453,9 @@ func (h *harness) record(p Plan, lookups bool) {
 // countCopy counts the copies that use a tier below the CPU, so that the
 // test shows it ran them.
 func (h *harness) countCopy(cp Copy) {
+	if cp.From != Dropped && cp.To == cp.From+1 {
+		h.plans.movedIn[cp.To-1] += h.lay.Pools()[cp.Pool].UnitBytes
+	}
 	switch {
 	case cp.To > CPU:
 		h.counts["move down below the CPU"]++
@@ -502,6 +508,13 @@ func (h *harness) checkLedger() {
 		movedIn += ts.MovedIn
 		require.Equal(h.t, l.hits[i], ts.Hits, "step %d: hits of %s", h.steps, ts.Name)
 		require.Equal(h.t, l.misses[i], ts.Misses, "step %d: misses of %s", h.steps, ts.Name)
+		// The ledger sees the copies of the operations that list them
+		// (a Prefetch reports counts only), and an eviction to a backup
+		// copies nothing: it is a lower bound.
+		require.LessOrEqual(h.t, l.movedIn[i], ts.MovedInBytes, "step %d: bytes moved into %s", h.steps, ts.Name)
+		if pools := h.lay.Pools(); pools[0].UnitBytes == pools[len(pools)-1].UnitBytes {
+			require.Equal(h.t, int64(ts.MovedIn)*pools[0].UnitBytes, ts.MovedInBytes, "step %d: bytes moved into %s", h.steps, ts.Name)
+		}
 		if i > 0 {
 			require.Equal(h.t, st.Tiers[i-1].Misses, ts.Hits+ts.Misses, "step %d: %s sees the misses of the tier above", h.steps, ts.Name)
 			require.Equal(h.t, st.Tiers[i-1].Evictions-st.Tiers[i-1].Drops, ts.MovedIn, "step %d: %s receives the moves of the tier above", h.steps, ts.Name)

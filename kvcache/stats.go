@@ -32,11 +32,13 @@ type TierStats struct {
 	// Evictions counts the victims the tier's policies chose; Drops those
 	// of them that were dropped (the others moved down a tier).
 	Evictions, Drops uint64
-	// MovedIn counts the units this tier received from the tier above.
-	// Failed counts, with a TransferEngine, the units whose transfer into
+	// MovedIn counts the units this tier received from the tier above,
+	// and MovedInBytes their bytes (an eviction to a backup, see
+	// Backups, counts too though it copied nothing). Failed counts, with a TransferEngine, the units whose transfer into
 	// this tier failed (see Cache.Poll): loads and copies for the GPU,
 	// moves down below it.
 	MovedIn, Failed uint64
+	MovedInBytes    int64
 	// Lost counts units dropped because a Mover panicked during a batch
 	// that would have written their slots: their bytes are unknown.
 	Lost uint64
@@ -196,6 +198,7 @@ func addArena(t *TierStats, a *arena, unit int64) {
 	t.Evictions += a.evictions
 	t.Drops += a.drops
 	t.MovedIn += a.moved
+	t.MovedInBytes += int64(a.moved) * unit
 	t.Failed += a.failed
 	t.Lost += a.lost
 	t.Backups += int64(a.backups)

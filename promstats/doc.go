@@ -28,6 +28,7 @@
 //	kvtier_tier_evictions_total        counter  victims the tier's policies chose (Evictions)
 //	kvtier_tier_drops_total            counter  victims dropped rather than moved down (Drops)
 //	kvtier_tier_moved_in_total         counter  units received from the tier above (MovedIn)
+//	kvtier_tier_moved_in_bytes_total   counter  their bytes (MovedInBytes)
 //	kvtier_tier_failed_total           counter  units whose transfer into the tier failed (Failed)
 //	kvtier_tier_lost_total             counter  units dropped by a Mover's panic (Lost)
 //	kvtier_tier_missing_total          counter  units of failed loads the store reported missing (Missing)

@@ -132,6 +132,7 @@ func tierSpecs() []spec[kvcache.TierStats] {
 		{"evictions_total", "Units the tier's eviction policies chose as victims.", counter, func(s t) float64 { return float64(s.Evictions) }},
 		{"drops_total", "Victims of the tier that were dropped instead of moved down a tier.", counter, func(s t) float64 { return float64(s.Drops) }},
 		{"moved_in_total", "Units the tier received from the tier above.", counter, func(s t) float64 { return float64(s.MovedIn) }},
+		{"moved_in_bytes_total", "Bytes of the units the tier received from the tier above.", counter, func(s t) float64 { return float64(s.MovedInBytes) }},
 		{"failed_total", "Units whose asynchronous transfer into the tier failed.", counter, func(s t) float64 { return float64(s.Failed) }},
 		{"lost_total", "Units dropped because a Mover panicked during a batch that would have written their slots.", counter, func(s t) float64 { return float64(s.Lost) }},
 		{"missing_total", "Units of failed loads from the tier that the store reported missing; they were recomputed.", counter, func(s t) float64 { return float64(s.Missing) }},

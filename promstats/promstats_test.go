@@ -83,6 +83,7 @@ func expected(st kvcache.Stats) map[string]map[string]float64 {
 		put("kvtier_tier_evictions_total", n, ts.Evictions)
 		put("kvtier_tier_drops_total", n, ts.Drops)
 		put("kvtier_tier_moved_in_total", n, ts.MovedIn)
+		put("kvtier_tier_moved_in_bytes_total", n, ts.MovedInBytes)
 		put("kvtier_tier_failed_total", n, ts.Failed)
 		put("kvtier_tier_lost_total", n, ts.Lost)
 		put("kvtier_tier_missing_total", n, ts.Missing)
@@ -218,7 +219,7 @@ func TestOptions(t *testing.T) {
 	c := newCache(t)
 	col := promstats.NewCollector(c, promstats.Options{Namespace: "srv", ConstLabels: prometheus.Labels{"model": "tiny"}})
 	tiers := c.Tiers()
-	assert.Equal(t, 20*tiers+18, testutil.CollectAndCount(col))
+	assert.Equal(t, 21*tiers+18, testutil.CollectAndCount(col))
 	for name, mf := range gather(t, col) {
 		assert.True(t, strings.HasPrefix(name, "srv_"), name)
 		for _, m := range mf.Metric {
