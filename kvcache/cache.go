@@ -119,6 +119,7 @@ func New(cfg Config) (*Cache, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	c.events.init(cfg.Events, cfg.EventBuffer)
+	c.events.blocksOnly = cfg.BlockEventsOnly
 	if c.events.enabled() {
 		c.media = make(map[int32][]Tier)
 	}

@@ -2,6 +2,7 @@ package kvcache
 
 import (
 	"errors"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"testing"
@@ -364,4 +365,39 @@ func TestCallbackSeesStatsOfTheLastOperation(t *testing.T) {
 	require.NotEmpty(t, sp.seen)
 	require.Equal(t, real.Stored, sp.seen[0].Stored, "Stats seen from a callback after a fast-path Append")
 	require.Equal(t, real.Blocks, sp.seen[0].Blocks)
+}
+
+// TestBlockEventsOnly: with Config.BlockEventsOnly, a cache emits exactly
+// the events of one without it, minus UnitMoved, on a workload that moves
+// units down two tiers, drops them and loads them back.
+func TestBlockEventsOnly(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	u := int64(l.UnitsPerBlock())
+	tiers := []TierConfig{{Capacity: Capacity{Units: 3 * u}}, {Capacity: Capacity{Units: 3 * u}}, {Capacity: Capacity{Units: 4 * u}}}
+	var all, blocks []Event
+	full, err := New(Config{Layout: l, Tiers: tiers, Events: func(e Event) { all = append(all, e) }})
+	require.NoError(t, err)
+	only, err := New(Config{Layout: l, Tiers: tiers, Events: func(e Event) { blocks = append(blocks, e) }, BlockEventsOnly: true})
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range 200 {
+		tokens := seqTokens(4*(1+rng.IntN(3)), uint32(rng.IntN(6))*100)
+		for _, c := range []*Cache{full, only} {
+			p, err := c.Acquire(Request{Tokens: tokens})
+			require.NoError(t, err)
+			require.NoError(t, c.Commit(p.Seq, len(tokens)))
+			require.NoError(t, c.Release(p.Seq))
+		}
+	}
+	var want []Event
+	kinds := map[EventKind]int{}
+	for _, e := range all {
+		kinds[e.Kind]++
+		if e.Kind != UnitMoved {
+			want = append(want, e)
+		}
+	}
+	require.Positive(t, kinds[UnitMoved])
+	require.Positive(t, kinds[BlockMoved])
+	require.Equal(t, want, blocks)
 }

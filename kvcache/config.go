@@ -138,6 +138,12 @@ type Config struct {
 	// the oldest events are dropped and counted (Stats.EventsDropped). 0
 	// means no buffer; with neither a buffer nor a sink no event is built.
 	EventBuffer int
+	// BlockEventsOnly leaves UnitMoved events out (BlockMoved still
+	// reports every change of a block's medium): for consumers of
+	// block-level events only, such as a publisher of vLLM's events. When
+	// blocks move, most of the cost of events is the UnitMoved of each of
+	// their units.
+	BlockEventsOnly bool
 	// HashSeed seeds the chain hash of token blocks (radix.Hasher). Caches
 	// whose events are compared by a router should share it.
 	HashSeed uint64

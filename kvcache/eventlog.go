@@ -25,6 +25,8 @@ import (
 // not memory.
 type eventLog struct {
 	sink EventSink
+	// blocksOnly leaves UnitMoved events out (Config.BlockEventsOnly).
+	blocksOnly bool
 
 	// running holds the events of the running operation (Cache.mu).
 	running []Event

@@ -22,7 +22,8 @@ const (
 	// either may be Dropped. A move down the tiers is an offload, up to the
 	// GPU an onboard, to Dropped a drop (the block stays known until
 	// BlockRemoved), from Dropped a restore (recomputed, or merged from a
-	// sequence that computed it).
+	// sequence that computed it). Not queued with
+	// Config.BlockEventsOnly.
 	UnitMoved
 	// AllCleared: Clear forgot every block.
 	AllCleared
@@ -98,7 +99,9 @@ func Medium(units []Tier) Tier {
 	return m
 }
 
-// emitMove queues a UnitMoved event for unit u.
+// emitMove queues a UnitMoved event for unit u (unless
+// Config.BlockEventsOnly) and, when that changes its block's medium, a
+// BlockMoved.
 func (c *Cache) emitMove(u UnitID, from, to Tier) {
 	if !c.events.enabled() {
 		return
@@ -107,11 +110,13 @@ func (c *Cache) emitMove(u UnitID, from, to Tier) {
 	if n == nil {
 		return
 	}
-	ph, hp := n.ParentHash()
-	keys := n.Keys()
 	s := c.units.slice(u)
-	c.events.emit(Event{Kind: UnitMoved, Hash: n.Hash(), ParentHash: ph, HasParent: hp,
-		Namespace: keys.Namespace, LoRA: keys.LoRA, Slice: s, Pool: c.geom.poolOfSlice(s), From: from, To: to})
+	if !c.events.blocksOnly {
+		ph, hp := n.ParentHash()
+		keys := n.Keys()
+		c.events.emit(Event{Kind: UnitMoved, Hash: n.Hash(), ParentHash: ph, HasParent: hp,
+			Namespace: keys.Namespace, LoRA: keys.LoRA, Slice: s, Pool: c.geom.poolOfSlice(s), From: from, To: to})
+	}
 	units := c.media[c.units.block(u)]
 	if units == nil {
 		return
@@ -119,6 +124,8 @@ func (c *Cache) emitMove(u UnitID, from, to Tier) {
 	before := Medium(units)
 	units[s] = to
 	if after := Medium(units); after != before {
+		ph, hp := n.ParentHash()
+		keys := n.Keys()
 		e := Event{Kind: BlockMoved, Hash: n.Hash(), ParentHash: ph, HasParent: hp,
 			Namespace: keys.Namespace, LoRA: keys.LoRA, From: before, To: after}
 		if after != Dropped {

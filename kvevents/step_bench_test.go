@@ -15,7 +15,8 @@ import (
 // prefilling a new 16-token block (acquire, commit, release) in a cache
 // whose GPU is full, so that every step also moves 256 blocks to the CPU
 // and drops 256 from it. "cache" runs the step with events off;
-// "cache+events" with events on, then drains them (TakeEvents),
+// "cache+events" with events on ("cache+blockevents": without UnitMoved,
+// Config.BlockEventsOnly), then drains them (TakeEvents),
 // translates them (Translator) and publishes them as one batch to a
 // subscriber on loopback. It reports the time of the cache's part and of
 // the events' part per step (cache_us/step, events_us/step), the vLLM
@@ -23,12 +24,9 @@ import (
 // events/s and MB/s.
 func BenchmarkStep256(b *testing.B) {
 	const seqs, blockTokens = 256, 16
-	for _, events := range []bool{false, true} {
-		name := "cache"
-		if events {
-			name = "cache+events"
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, mode := range []string{"cache", "cache+events", "cache+blockevents"} {
+		events := mode != "cache"
+		b.Run(mode, func(b *testing.B) {
 			l, err := layout.New(layout.Model{Name: "bench", Layers: 4, QueryHeads: 8, KVHeads: 2, HeadDim: 64, ElemBytes: 2}, layout.PagedLayer, blockTokens)
 			if err != nil {
 				b.Fatal(err)
@@ -36,6 +34,7 @@ func BenchmarkStep256(b *testing.B) {
 			cfg := kvcache.Config{Layout: l, Tiers: []kvcache.TierConfig{{Capacity: kvcache.Capacity{Units: 4 * 2048}}, {Capacity: kvcache.Capacity{Units: 4 * 2048}}}}
 			if events {
 				cfg.EventBuffer = 1 << 16
+				cfg.BlockEventsOnly = mode == "cache+blockevents"
 			}
 			c, err := kvcache.New(cfg)
 			if err != nil {

@@ -37,7 +37,8 @@ import (
 //   - kvcache.BlockRemoved becomes a BlockRemoved from the block's medium
 //     if it was announced.
 //   - kvcache.AllCleared becomes AllBlocksCleared; UnitMoved events are
-//     not published (BlockMoved summarizes them).
+//     not published (BlockMoved summarizes them): a cache whose events
+//     only feed a Translator sets kvcache.Config.BlockEventsOnly.
 //
 // Medium names are the cache's tier names upper-cased ("GPU", "CPU",
 // "DISK", ...). LoRA maps to lora_name (lora_id is not set: kvtier names

@@ -136,7 +136,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	}()
 	for _, name := range []string{"s1", "s2"} {
-		c, err := kvcache.New(kvcache.Config{Layout: l, HashSeed: hashSeed, EventBuffer: 1 << 14, Tiers: []kvcache.TierConfig{
+		// The Translator reads block-level events only: UnitMoved is left out.
+		c, err := kvcache.New(kvcache.Config{Layout: l, HashSeed: hashSeed, EventBuffer: 1 << 14, BlockEventsOnly: true, Tiers: []kvcache.TierConfig{
 			{Capacity: kvcache.Capacity{Units: 40}}, {Capacity: kvcache.Capacity{Units: 40}}, {Name: "disk", Capacity: kvcache.Capacity{Units: 60}}}})
 		if err != nil {
 			return err
