@@ -8,7 +8,9 @@ import (
 // Fork starts a new sequence that shares every full block of sequence id
 // (parallel sampling, beam search) and gets a copy of its partial block
 // (copy-on-write: through the Mover now, or as a transfer of the Engine
-// that the child waits on, see Readiness). The child has the
+// that the child waits on, see Readiness; the parent waits on it too, so
+// that its server does not write the block, with its next tokens or after
+// a Truncate, while the copy reads it). The child has the
 // parent's tokens, keys, priorities and mode. Since the copy reads the
 // parent's KV now, calling Fork declares it written: Fork first commits
 // the parent's tokens, as Append does (and that commit stays if the Fork
