@@ -176,3 +176,14 @@ func normalize(b Batch) Batch {
 	}
 	return b
 }
+
+// TestIndexSkipsNilEvents: a nil event pointer in a batch is skipped by
+// Index.Apply, not dereferenced.
+func TestIndexSkipsNilEvents(t *testing.T) {
+	var ix Index
+	ix.Apply("s", Batch{Events: []Event{(*BlockStored)(nil), (*BlockRemoved)(nil), (*AllBlocksCleared)(nil), nil,
+		BlockStored{BlockHashes: []uint64{1}, TokenIDs: []uint32{1}, BlockSize: 1, Medium: MediumGPU}}})
+	if got := ix.Media("s", 1); len(got) != 1 || got[0] != MediumGPU {
+		t.Fatalf("media %v", got)
+	}
+}

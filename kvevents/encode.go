@@ -197,25 +197,15 @@ func (w *writer) batch(b *Batch) {
 }
 
 func (w *writer) event(ev Event) {
-	switch e := ev.(type) {
-	case *BlockStored:
-		if e == nil {
-			w.set(fmt.Errorf("kvevents: nil *BlockStored"))
-			return
-		}
-		w.blockStored(e)
+	switch e := valueOf(ev).(type) {
 	case BlockStored:
 		w.blockStored(&e)
-	case *BlockRemoved:
-		if e == nil {
-			w.set(fmt.Errorf("kvevents: nil *BlockRemoved"))
-			return
-		}
-		w.blockRemoved(e)
 	case BlockRemoved:
 		w.blockRemoved(&e)
-	case *AllBlocksCleared, AllBlocksCleared:
+	case AllBlocksCleared:
 		w.header(TagAllBlocksCleared, 0)
+	case nil:
+		w.set(fmt.Errorf("kvevents: nil event %T", ev))
 	default:
 		w.set(fmt.Errorf("kvevents: unsupported event type %T", ev))
 	}

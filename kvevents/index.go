@@ -27,6 +27,7 @@ type Index struct {
 }
 
 // Apply applies the events of one batch published by server, in order.
+// Events it does not know, and nil ones, are skipped.
 func (ix *Index) Apply(server string, b Batch) {
 	if ix.servers == nil {
 		ix.servers = make(map[string]map[uint64][]string)
@@ -69,15 +70,24 @@ func (ix *Index) Apply(server string, b Batch) {
 	}
 }
 
-// valueOf returns ev in its value form.
+// valueOf returns ev in its value form, or nil for a nil pointer.
 func valueOf(ev Event) Event {
 	switch e := ev.(type) {
 	case *BlockStored:
-		return *e
+		if e != nil {
+			return *e
+		}
+		return nil
 	case *BlockRemoved:
-		return *e
+		if e != nil {
+			return *e
+		}
+		return nil
 	case *AllBlocksCleared:
-		return *e
+		if e != nil {
+			return *e
+		}
+		return nil
 	}
 	return ev
 }
