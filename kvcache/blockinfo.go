@@ -34,12 +34,12 @@ func (c *Cache) Blocks(dst []CachedBlock) ([]CachedBlock, error) {
 		keys := n.Keys()
 		m := GPU
 		for sl := range c.geom.slices {
-			st := c.units.of(c.units.id(n.Value, sl))
-			if st.tier == Dropped || st.flags&unitUnwritten != 0 {
+			u := c.units.id(n.Value, sl)
+			if !c.hasBytes(u) {
 				m = Dropped
 				break
 			}
-			m = max(m, st.tier)
+			m = max(m, c.units.tierOf(u))
 		}
 		dst = append(dst, CachedBlock{Hash: n.Hash(), ParentHash: ph, HasParent: hp,
 			Namespace: keys.Namespace, LoRA: keys.LoRA, Medium: m})

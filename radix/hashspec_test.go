@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -237,18 +238,6 @@ func wantHashes(v hashVector) []uint64 {
 	return out
 }
 
-func equalHashes(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 func readHashVectors(t *testing.T) []hashVector {
 	t.Helper()
 	data, err := os.ReadFile(hashVectorsPath)
@@ -277,7 +266,7 @@ func generateHashVectors() ([]hashVector, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", v.Name, err)
 		}
-		if spec := specHashes(*v); !equalHashes(got, spec) {
+		if spec := specHashes(*v); !slices.Equal(got, spec) {
 			return nil, fmt.Errorf("%s: radix.Hasher gives %x, the spec implementation %x", v.Name, got, spec)
 		}
 		v.Hashes = make([]hex64, len(got))
@@ -347,7 +336,7 @@ func TestHashVectorsHasher(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !equalHashes(got, want) {
+			if !slices.Equal(got, want) {
 				t.Fatalf("Hash = %x, want %x", got, want)
 			}
 
@@ -370,7 +359,7 @@ func TestHashVectorsHasher(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if !equalHashes(inc, want) {
+			if !slices.Equal(inc, want) {
 				t.Fatalf("block-by-block Append = %x, want %x", inc, want)
 			}
 		})
@@ -380,7 +369,7 @@ func TestHashVectorsHasher(t *testing.T) {
 func TestHashVectorsSpec(t *testing.T) {
 	for _, v := range readHashVectors(t) {
 		t.Run(v.Name, func(t *testing.T) {
-			if got, want := specHashes(v), wantHashes(v); !equalHashes(got, want) {
+			if got, want := specHashes(v), wantHashes(v); !slices.Equal(got, want) {
 				t.Fatalf("spec implementation = %x, want %x", got, want)
 			}
 		})
@@ -422,7 +411,7 @@ func TestHashSpecWorkedExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []uint64{hash0, hash1}; !equalHashes(got, want) {
+	if want := []uint64{hash0, hash1}; !slices.Equal(got, want) {
 		t.Errorf("radix.Hasher = %x, want %x", got, want)
 	}
 
