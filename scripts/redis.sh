@@ -6,11 +6,16 @@
 #   scripts/redis.sh start /tmp/kvtier-redis && . /tmp/kvtier-redis/env && go test ./... ; scripts/redis.sh stop /tmp/kvtier-redis
 #
 # Subcommands:
-#   install    apt-get install -y redis-server (apt-get update first only if
-#              that fails); skipped when redis-server and redis-cli are on PATH.
+#   install    apt-get install -y redis-server openssl (apt-get update first
+#              only if that fails); skipped when redis-server, redis-cli and
+#              openssl are on PATH.
 #   start DIR  starts, on 127.0.0.1 only, each on a free port (never 6379):
 #                - one standalone redis-server;
-#                - a Redis Cluster of 3 masters (no replicas).
+#                - a Redis Cluster of 3 masters (no replicas);
+#                - one standalone redis-server that speaks only TLS and
+#                  requires a client certificate (mutual TLS), with a CA,
+#                  a server certificate (IP SAN 127.0.0.1) and a client
+#                  certificate made by openssl under DIR/certs.
 #              Every file (config, data, log, pid) is under DIR. No persistence
 #              (save "", appendonly no); maxmemory 1gb, allkeys-lru on each.
 #              Waits until every server answers PING and every cluster node
@@ -18,6 +23,11 @@
 #                KVTIER_REDIS_ADDR            standalone server, 127.0.0.1:PORT
 #                KVTIER_REDIS_CLUSTER_ADDRS   the 3 masters, comma separated
 #                KVTIER_REDIS_SERVER_PIDFILE  pid file of the standalone server
+#                KVTIER_REDIS_TLS_ADDR        TLS server, 127.0.0.1:PORT
+#                KVTIER_REDIS_TLS_CA          PEM file of the CA that signed both
+#                                             certificates
+#                KVTIER_REDIS_TLS_CERT        PEM file of the client certificate
+#                KVTIER_REDIS_TLS_KEY         PEM file of its private key
 #                KVTIER_REDIS_SERVER_CMD      command that restarts the standalone
 #                                             server on the same port with the same
 #                                             config. Every server runs with
@@ -37,7 +47,8 @@
 # bus), starts the server, and checks the server that answers on the port is
 # the one it started (INFO's process_id against the pid file). If the bind
 # failed (another process took the port meanwhile), it tries another port, up
-# to 20 times per server. Needs only bash, coreutils, redis-server, redis-cli.
+# to 20 times per server. Needs only bash, coreutils, redis-server, redis-cli
+# and openssl.
 set -euo pipefail
 
 usage() {
@@ -54,9 +65,12 @@ WAIT_TENTHS=100 # 10 s, in steps of 0.1 s
 
 die() { echo "redis.sh: $*" >&2; exit 1; }
 
+# TLS_CLI holds redis-cli's TLS flags while a TLS server is launched.
+TLS_CLI=()
+
 cli() { # cli PORT ARGS...: redis-cli that cannot hang
   local port=$1; shift
-  timeout 2 redis-cli -h 127.0.0.1 -p "$port" "$@" 2>/dev/null
+  timeout 2 redis-cli "${TLS_CLI[@]}" -h 127.0.0.1 -p "$port" "$@" 2>/dev/null
 }
 
 listening() { # listening PORT: true if something accepts connections there
@@ -111,13 +125,24 @@ stop_pidfile() { # stop_pidfile PIDFILE
   rm -f "$pidfile"
 }
 
-write_conf() { # write_conf CONF PORT NODEDIR CLUSTER(yes|no)
-  local conf=$1 port=$2 dir=$3 cluster=$4
+write_conf() { # write_conf CONF PORT NODEDIR MODE(plain|cluster|tls)
+  local conf=$1 port=$2 dir=$3 mode=$4
   mkdir -p "$dir"
+  local listen="port $port"
+  if [ "$mode" = tls ]; then
+    # TLS only: no plain port, and a client must show a certificate the
+    # CA signed.
+    listen="port 0
+tls-port $port
+tls-cert-file $DIR/certs/server.crt
+tls-key-file $DIR/certs/server.key
+tls-ca-cert-file $DIR/certs/ca.crt
+tls-auth-clients yes"
+  fi
   cat >"$conf" <<EOF
 # Written by scripts/redis.sh. Restart with: redis-server $conf
 bind 127.0.0.1
-port $port
+$listen
 protected-mode yes
 daemonize yes
 pidfile $dir/redis.pid
@@ -128,7 +153,7 @@ appendonly no
 maxmemory 1gb
 maxmemory-policy allkeys-lru
 EOF
-  if [ "$cluster" = yes ]; then
+  if [ "$mode" = cluster ]; then
     cat >>"$conf" <<EOF
 cluster-enabled yes
 cluster-config-file nodes.conf
@@ -137,16 +162,16 @@ EOF
   fi
 }
 
-# launch NAME CLUSTER(yes|no): starts a server in $DIR/NAME on a free port,
-# retrying on another port if the bind fails; prints the port.
+# launch NAME MODE(plain|cluster|tls): starts a server in $DIR/NAME on a
+# free port, retrying on another port if the bind fails; prints the port.
 launch() {
-  local name=$1 cluster=$2 try port conf dir pid i
+  local name=$1 mode=$2 try port conf dir pid i
   dir=$DIR/$name
   conf=$DIR/$name.conf
   for (( try = 1; try <= START_TRIES; try++ )); do
     port=$(random_port)
     rm -rf "$dir"
-    write_conf "$conf" "$port" "$dir" "$cluster"
+    write_conf "$conf" "$port" "$dir" "$mode"
     redis-server "$conf" >/dev/null 2>&1 || true
     # Daemonized: the pid file appears once the server has bound its port.
     for (( i = 0; i < WAIT_TENTHS; i++ )); do
@@ -161,6 +186,12 @@ launch() {
            "$dir/redis.log" 2>/dev/null; then
         break
       fi
+      # A configuration it cannot use fails on any port.
+      if grep -q 'Failed to configure TLS\|FATAL CONFIG FILE ERROR' "$dir/redis.log" 2>/dev/null; then
+        echo "redis.sh: $name cannot start with $conf:" >&2
+        tail -n 5 "$dir/redis.log" >&2
+        return 1
+      fi
       sleep 0.1
     done
     echo "redis.sh: $name did not start on port $port (try $try):" >&2
@@ -170,6 +201,26 @@ launch() {
   return 1
 }
 
+# make_certs: a CA, a server certificate for 127.0.0.1 and a client
+# certificate, all signed by the CA (EC P-256, valid 30 days), in $DIR/certs.
+make_certs() {
+  local d=$DIR/certs
+  mkdir -p "$d"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
+    -subj /CN=kvtier-test-ca -keyout "$d/ca.key" -out "$d/ca.crt" 2>"$d/openssl.log" &&
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+    -subj /CN=127.0.0.1 -keyout "$d/server.key" -out "$d/server.csr" 2>>"$d/openssl.log" &&
+  openssl x509 -req -in "$d/server.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial \
+    -days 30 -extfile <(printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n') \
+    -out "$d/server.crt" 2>>"$d/openssl.log" &&
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+    -subj /CN=kvtier-test-client -keyout "$d/client.key" -out "$d/client.csr" 2>>"$d/openssl.log" &&
+  openssl x509 -req -in "$d/client.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial \
+    -days 30 -extfile <(printf 'extendedKeyUsage=clientAuth\n') \
+    -out "$d/client.crt" 2>>"$d/openssl.log" || { cat "$d/openssl.log" >&2; return 1; }
+  chmod 600 "$d"/*.key
+}
+
 start_failed() { # a failure in start stops whatever was started
   echo "redis.sh: start failed: $*; stopping what was started" >&2
   cmd_stop "$DIR" >&2
@@ -177,9 +228,10 @@ start_failed() { # a failure in start stops whatever was started
 }
 
 cmd_start() {
-  local p s c1 c2 c3 i node ok
+  local p s c1 c2 c3 t i node ok
   command -v redis-server >/dev/null || die "redis-server not on PATH (scripts/redis.sh install)"
   command -v redis-cli >/dev/null || die "redis-cli not on PATH (scripts/redis.sh install)"
+  command -v openssl >/dev/null || die "openssl not on PATH (scripts/redis.sh install)"
   mkdir -p "$1"
   DIR=$(cd "$1" && pwd -P)
   # The paths go unquoted into redis config files and into the env file.
@@ -192,10 +244,14 @@ cmd_start() {
   done
   rm -f "$DIR/env"
 
-  s=$(launch standalone no) || start_failed "standalone server did not start"
-  c1=$(launch cluster1 yes) || start_failed "cluster node 1 did not start"
-  c2=$(launch cluster2 yes) || start_failed "cluster node 2 did not start"
-  c3=$(launch cluster3 yes) || start_failed "cluster node 3 did not start"
+  s=$(launch standalone plain) || start_failed "standalone server did not start"
+  c1=$(launch cluster1 cluster) || start_failed "cluster node 1 did not start"
+  c2=$(launch cluster2 cluster) || start_failed "cluster node 2 did not start"
+  c3=$(launch cluster3 cluster) || start_failed "cluster node 3 did not start"
+  make_certs || start_failed "openssl could not make the TLS certificates"
+  TLS_CLI=(--tls --cacert "$DIR/certs/ca.crt" --cert "$DIR/certs/client.crt" --key "$DIR/certs/client.key")
+  t=$(launch tls tls) || start_failed "TLS server did not start"
+  TLS_CLI=()
 
   if ! timeout 30 redis-cli --cluster create \
       "127.0.0.1:$c1" "127.0.0.1:$c2" "127.0.0.1:$c3" \
@@ -222,6 +278,10 @@ cmd_start() {
   cat >"$DIR/env" <<EOF
 export KVTIER_REDIS_ADDR=127.0.0.1:$s
 export KVTIER_REDIS_CLUSTER_ADDRS=127.0.0.1:$c1,127.0.0.1:$c2,127.0.0.1:$c3
+export KVTIER_REDIS_TLS_ADDR=127.0.0.1:$t
+export KVTIER_REDIS_TLS_CA=$DIR/certs/ca.crt
+export KVTIER_REDIS_TLS_CERT=$DIR/certs/client.crt
+export KVTIER_REDIS_TLS_KEY=$DIR/certs/client.key
 export KVTIER_REDIS_SERVER_PIDFILE=$DIR/standalone/redis.pid
 export KVTIER_REDIS_SERVER_CMD='redis-server $DIR/standalone.conf'
 EOF
@@ -239,15 +299,16 @@ cmd_stop() {
 }
 
 cmd_install() {
-  if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
+  if command -v redis-server >/dev/null && command -v redis-cli >/dev/null &&
+     command -v openssl >/dev/null; then
     echo "redis-server already installed: $(redis-server --version)"
     return 0
   fi
   local sudo=()
   [ "$(id -u)" -eq 0 ] || sudo=(sudo)
   export DEBIAN_FRONTEND=noninteractive
-  "${sudo[@]}" apt-get install -y redis-server ||
-    { "${sudo[@]}" apt-get update && "${sudo[@]}" apt-get install -y redis-server; }
+  "${sudo[@]}" apt-get install -y redis-server openssl ||
+    { "${sudo[@]}" apt-get update && "${sudo[@]}" apt-get install -y redis-server openssl; }
   redis-server --version
 }
 

@@ -22,6 +22,11 @@
 // tierstore.Engine sets); the client reconnects on its own, so a server
 // that comes back is used again without a restart.
 //
+// Options pass authentication (a password, or an ACL user and password)
+// and a *tls.Config (server verification, client certificates) to every
+// connection the client makes; the tests run the conformance suite over
+// mutual TLS against a server that accepts nothing else.
+//
 // The client is github.com/redis/go-redis/v9 (the README says why). It
 // reports connection failures through its own logger, which writes to
 // standard error unless the program sets another with redis.SetLogger;

@@ -3,6 +3,8 @@ package redisstore_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -38,11 +40,11 @@ func env(t *testing.T, name string) string {
 
 // prefix returns a key prefix of the test's own, and deletes its keys
 // when the test ends.
-func prefix(t *testing.T, addrs []string, cluster bool) string {
+func prefix(t *testing.T, srv server) string {
 	t.Helper()
 	p := fmt.Sprintf("kvt-test-%d-%d", os.Getpid(), time.Now().UnixNano())
 	t.Cleanup(func() {
-		c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, IsClusterMode: cluster})
+		c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: srv.addrs, IsClusterMode: srv.cluster, TLSConfig: srv.tls})
 		defer c.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -66,6 +68,7 @@ type server struct {
 	name    string
 	addrs   []string
 	cluster bool
+	tls     *tls.Config
 }
 
 func servers(t *testing.T) []server {
@@ -77,7 +80,7 @@ func servers(t *testing.T) []server {
 
 func open(t *testing.T, srv server, p string, fp uint64) *redisstore.Store {
 	t.Helper()
-	s, err := redisstore.Open(redisstore.Options{Addrs: srv.addrs, Cluster: srv.cluster, Prefix: p, Fingerprint: fp})
+	s, err := redisstore.Open(redisstore.Options{Addrs: srv.addrs, Cluster: srv.cluster, TLS: srv.tls, Prefix: p, Fingerprint: fp})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	return s
@@ -86,7 +89,7 @@ func open(t *testing.T, srv server, p string, fp uint64) *redisstore.Store {
 func TestConformance(t *testing.T) {
 	for _, srv := range servers(t) {
 		t.Run(srv.name, func(t *testing.T) {
-			p := prefix(t, srv.addrs, srv.cluster)
+			p := prefix(t, srv)
 			storetest.TestStore(t, func(t *testing.T, fp uint64) tierstore.Store { return open(t, srv, p, fp) })
 		})
 	}
@@ -107,7 +110,7 @@ func TestPlantedValuesAreNeverServed(t *testing.T) {
 	for _, srv := range servers(t) {
 		t.Run(srv.name, func(t *testing.T) {
 			ctx := context.Background()
-			p := prefix(t, srv.addrs, srv.cluster)
+			p := prefix(t, srv)
 			store := open(t, srv, p, storetest.Fingerprint(t))
 			raw := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: srv.addrs, IsClusterMode: srv.cluster})
 			defer raw.Close()
@@ -191,7 +194,7 @@ func TestWriterProcess(t *testing.T) {
 func TestTwoProcesses(t *testing.T) {
 	for _, srv := range servers(t) {
 		t.Run(srv.name, func(t *testing.T) {
-			p := prefix(t, srv.addrs, srv.cluster)
+			p := prefix(t, srv)
 			cluster := "0"
 			if srv.cluster {
 				cluster = "1"
@@ -248,7 +251,7 @@ func TestTwoProcesses(t *testing.T) {
 func TestServerKilledMidRun(t *testing.T) {
 	srv := servers(t)[0]
 	pidfile, restart := env(t, "KVTIER_REDIS_SERVER_PIDFILE"), env(t, "KVTIER_REDIS_SERVER_CMD")
-	p := prefix(t, srv.addrs, false)
+	p := prefix(t, srv)
 	store := open(t, srv, p, storetest.Fingerprint(t))
 	up := func() error {
 		// A client of its own each time: a pool that met a dead server
@@ -333,7 +336,7 @@ func TestServerKilledMidRun(t *testing.T) {
 func TestACL(t *testing.T) {
 	srv := servers(t)[0]
 	ctx := context.Background()
-	p := prefix(t, srv.addrs, false)
+	p := prefix(t, srv)
 	admin := redis.NewClient(&redis.Options{Addr: srv.addrs[0]})
 	defer admin.Close()
 	user := fmt.Sprintf("kvtier-test-%d", os.Getpid())
@@ -358,6 +361,55 @@ func TestACL(t *testing.T) {
 	require.NoError(t, err)
 	defer other.Close()
 	require.ErrorIs(t, other.Put(ctx, []kvcache.UnitKey{k}, [][]byte{[]byte("abcd")}), tierstore.ErrUnavailable)
+}
+
+// tlsServer returns the TLS-only server scripts/redis.sh starts, with a
+// client configuration that trusts its CA and shows the client
+// certificate it requires.
+func tlsServer(t *testing.T) server {
+	t.Helper()
+	addr, ca := env(t, "KVTIER_REDIS_TLS_ADDR"), env(t, "KVTIER_REDIS_TLS_CA")
+	cert, key := env(t, "KVTIER_REDIS_TLS_CERT"), env(t, "KVTIER_REDIS_TLS_KEY")
+	pem, err := os.ReadFile(ca)
+	require.NoError(t, err)
+	roots := x509.NewCertPool()
+	require.True(t, roots.AppendCertsFromPEM(pem), "no certificate in %s", ca)
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	require.NoError(t, err)
+	return server{name: "tls", addrs: []string{addr},
+		tls: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}}
+}
+
+// TestTLS runs the conformance suite over TLS against a server that
+// speaks nothing else and requires a client certificate, so the suite
+// passes only if Options.TLS reaches every connection, certificates
+// included; without TLS, without the client certificate, or without
+// trusting the server's CA the store is unavailable.
+func TestTLS(t *testing.T) {
+	srv := tlsServer(t)
+	p := prefix(t, srv)
+	storetest.TestStore(t, func(t *testing.T, fp uint64) tierstore.Store { return open(t, srv, p, fp) })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	k := kvcache.UnitKey{Shared: true, Hash: 1, Depth: 1, Tokens: []uint32{1}}
+	good := open(t, srv, p, 7)
+	require.NoError(t, good.Put(ctx, []kvcache.UnitKey{k}, [][]byte{[]byte("abcd")}))
+	dst := [][]byte{make([]byte, 4)}
+	require.NoError(t, good.Get(ctx, []kvcache.UnitKey{k}, dst))
+	require.Equal(t, "abcd", string(dst[0]))
+
+	noCert := srv.tls.Clone()
+	noCert.Certificates = nil
+	untrusted := srv.tls.Clone()
+	untrusted.RootCAs = x509.NewCertPool()
+	for name, cfg := range map[string]*tls.Config{"plain": nil, "no client certificate": noCert, "unknown CA": untrusted} {
+		bad, err := redisstore.Open(redisstore.Options{Addrs: srv.addrs, TLS: cfg, Prefix: p, Fingerprint: 7, DialTimeout: time.Second})
+		require.NoError(t, err, name)
+		err = bad.Get(ctx, []kvcache.UnitKey{k}, dst)
+		require.ErrorIs(t, err, tierstore.ErrUnavailable, name)
+		require.NoError(t, bad.Close())
+	}
 }
 
 // maskedStore keeps only the low bits of every block hash in what it
@@ -395,7 +447,7 @@ func (m maskedStore) Contains(ctx context.Context, keys []kvcache.UnitKey) ([]bo
 // still right, the collisions are caught as corrupt and recomputed.
 func TestMaskedHashCollisionsAreNeverServed(t *testing.T) {
 	srv := servers(t)[0]
-	p := prefix(t, srv.addrs, false)
+	p := prefix(t, srv)
 	store := maskedStore{Store: open(t, srv, p, storetest.Fingerprint(t)), mask: 0xf}
 	cfg := storetest.Config{Store: store, GPU: 16, CPU: 8, Shared: 256, WriteThrough: true}
 	a, b := storetest.NewServer(t, cfg), storetest.NewServer(t, cfg)
