@@ -26,9 +26,13 @@ import (
 //     (possibly before Start returns), with nil when every copy completed
 //     or the error that stopped the transfer. After an error any
 //     destination of the transfer may have been written, or not: the
-//     cache trusts none of them (see Cache.Poll). Sources are only read.
-//     Once it has called done, the engine no longer touches the copies'
-//     slots.
+//     cache trusts none of them (see Cache.Poll). An engine that knows
+//     which copies completed may instead report a CopyErrors as long as
+//     copies: the cache then trusts the destinations of the copies whose
+//     element is nil, but for one that read a slot a failed copy of the
+//     transfer was to write (a failed copy's destination may have been
+//     written, or not). Sources are only read. Once it has called done,
+//     the engine no longer touches the copies' slots.
 //   - The copies slice is the engine's until done is called; the cache
 //     does not change it meanwhile.
 //   - Start is called with the cache's lock held and must not call the

@@ -45,7 +45,9 @@ import (
 // recompute range for every sequence that waits on it (Readiness); its
 // source below is freed. A victim whose move down failed is dropped. A
 // transfer that reads what a failed one was to write fails without
-// starting. Each failure is reported as a move to Dropped (an event) and
+// starting. An engine that reports which copies failed (CopyErrors) has
+// only those units compensated (and the copies that read what they were
+// to write); the transfers that read from the transfer still fail whole. Each failure is reported as a move to Dropped (an event) and
 // counted in TierStats.Failed; nothing else is undone, since the moves
 // were counted as planned.
 
@@ -71,6 +73,10 @@ type move struct {
 	u    UnitID
 	src  UnitID // moveCopy: the unit copied
 	slot int32  // moveLoad: the slot left below; moveDown: the slot arrived in
+	// copy is the index of its copy in the transfer's copies (-1 for
+	// moveVacate, which has none); while the transaction runs, in its
+	// batch.
+	copy int32
 }
 
 // transfer is one unit of work handed to the engine.
@@ -148,8 +154,13 @@ type chain struct {
 }
 
 // recordMove notes a move of the running transaction (with an engine).
+// Its copy, if it has one, is the next one appended to the batch.
 func (c *Cache) recordMove(m move) {
 	if c.engine != nil {
+		m.copy = int32(len(c.tx.batch))
+		if m.kind == moveVacate {
+			m.copy = -1
+		}
 		c.tx.moves = append(c.tx.moves, m)
 	}
 }
@@ -214,8 +225,12 @@ func (c *Cache) submit(s *sequence) int {
 			loads++
 			lastBlock = ch.block
 		}
+		base := int32(len(cur.copies)) - ch.copyStart
 		cur.copies = append(cur.copies, t.batch[ch.copyStart:ch.copyEnd]...)
 		for _, m := range t.moves[ch.moveStart:ch.moveEnd] {
+			if m.copy >= 0 {
+				m.copy += base
+			}
 			cur.moves = append(cur.moves, m)
 			switch m.kind {
 			case moveDown:
@@ -433,7 +448,15 @@ func (c *Cache) finish(tr *transfer, err error) {
 	x := &c.xfer
 	tr.done = true
 	x.inFlight--
+	if ce, ok := err.(CopyErrors); ok && len(ce) == len(tr.copies) && len(ce.Unwrap()) == 0 {
+		err = nil // every copy completed
+	}
+	errs := copyFailures(tr.copies, err)
 	for _, m := range tr.moves {
+		err := err
+		if errs != nil && m.copy >= 0 {
+			err = errs[m.copy]
+		}
 		switch m.kind {
 		case moveDown:
 			c.units.of(m.u).storeBy = 0

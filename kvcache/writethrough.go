@@ -157,7 +157,7 @@ func (c *Cache) startBackups() {
 		a := c.tiers.arena(w.tier, c.poolOf(u))
 		c.place(a, u, true)
 		a.backups++
-		tr.moves = append(tr.moves, move{kind: moveBackup, u: u, slot: w.batch[i].ToSlot})
+		tr.moves = append(tr.moves, move{kind: moveBackup, u: u, slot: w.batch[i].ToSlot, copy: int32(i)})
 	}
 	c.statsUnchanged = false
 	c.start(tr)

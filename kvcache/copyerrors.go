@@ -1,0 +1,103 @@
+package kvcache
+
+import "fmt"
+
+// CopyErrors reports which copies of a batch failed: element i is the
+// error of the batch's i-th copy, nil for one that completed. A
+// TransferEngine reports a transfer in which only some copies failed by
+// calling done with a CopyErrors as long as the transfer, so that the
+// cache keeps what the other copies moved instead of recomputing the whole
+// transfer (one unit a shared store evicted then costs one recompute). The
+// tierstore stores return one from Get when only some units are missing
+// or corrupt.
+//
+// errors.Is and errors.As see every non-nil element.
+type CopyErrors []error
+
+// Error summarizes the failures: how many, and the first.
+func (e CopyErrors) Error() string {
+	n, first := 0, error(nil)
+	for _, err := range e {
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			n++
+		}
+	}
+	return fmt.Sprintf("kvcache: %d of %d copies failed, the first: %v", n, len(e), first)
+}
+
+// Unwrap returns the non-nil elements.
+func (e CopyErrors) Unwrap() []error {
+	var errs []error
+	for _, err := range e {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// Set records err as the error of copy i of a batch of n copies and
+// returns e, which it makes (n long) when e is nil. It lets a loop build
+// a CopyErrors only when something fails:
+//
+//	var errs kvcache.CopyErrors
+//	for i := range keys {
+//		if err := get(i); err != nil {
+//			errs = errs.Set(i, len(keys), err)
+//		}
+//	}
+//	if errs != nil {
+//		return errs
+//	}
+func (e CopyErrors) Set(i, n int, err error) CopyErrors {
+	if e == nil {
+		e = make(CopyErrors, n)
+	}
+	e[i] = err
+	return e
+}
+
+// slotKey names a slot for copyFailures.
+type slotKey struct {
+	tier Tier
+	pool int
+	slot int32
+}
+
+// copyFailures returns, for a transfer of copies that finished with err,
+// the error of each copy, or nil when err applies to every copy alike
+// (nil, or an error that is not a CopyErrors of the transfer's length).
+// A copy that read a slot an earlier failed copy of the same transfer was
+// to write fails too, whatever the engine says of it: its source never
+// got the bytes (a copy-on-write of a unit the same transfer loads, a
+// load of a victim the same transfer moved down).
+func copyFailures(copies []Copy, err error) []error {
+	ce, ok := err.(CopyErrors)
+	if !ok || len(ce) != len(copies) {
+		return nil
+	}
+	errs := make([]error, len(copies))
+	var bad map[slotKey]error
+	for i, cp := range copies {
+		e := ce[i]
+		if e == nil {
+			if src, ok := bad[slotKey{cp.From, cp.Pool, cp.FromSlot}]; ok {
+				e = fmt.Errorf("%w: copy %d read tier %d pool %d slot %d, which a failed copy was to write: %w", ErrCopyFailed, i, cp.From, cp.Pool, cp.FromSlot, src)
+			}
+		}
+		dst := slotKey{cp.To, cp.Pool, cp.ToSlot}
+		if e != nil {
+			if bad == nil {
+				bad = make(map[slotKey]error)
+			}
+			bad[dst] = e
+		} else {
+			delete(bad, dst)
+		}
+		errs[i] = e
+	}
+	return errs
+}
