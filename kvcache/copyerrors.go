@@ -39,6 +39,18 @@ func (e CopyErrors) Unwrap() []error {
 	return errs
 }
 
+// Err returns nil when no copy failed, the error of the only copy of a
+// batch of one, and e otherwise: what a batch call returns.
+func (e CopyErrors) Err() error {
+	switch {
+	case len(e.Unwrap()) == 0:
+		return nil
+	case len(e) == 1:
+		return e[0]
+	}
+	return e
+}
+
 // Set records err as the error of copy i of a batch of n copies and
 // returns e, which it makes (n long) when e is nil. It lets a loop build
 // a CopyErrors only when something fails:
@@ -49,9 +61,7 @@ func (e CopyErrors) Unwrap() []error {
 //			errs = errs.Set(i, len(keys), err)
 //		}
 //	}
-//	if errs != nil {
-//		return errs
-//	}
+//	return errs.Err()
 func (e CopyErrors) Set(i, n int, err error) CopyErrors {
 	if e == nil {
 		e = make(CopyErrors, n)

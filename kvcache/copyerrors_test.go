@@ -19,6 +19,10 @@ func TestCopyErrors(t *testing.T) {
 	require.Equal(t, "kvcache: 2 of 4 copies failed, the first: kvcache: unit missing from its store: block 7", errs.Error())
 	require.Len(t, errs.Unwrap(), 2)
 	require.Empty(t, make(CopyErrors, 3).Unwrap())
+	require.NoError(t, make(CopyErrors, 3).Err())
+	require.NoError(t, CopyErrors(nil).Err())
+	require.Equal(t, missing, CopyErrors{missing}.Err(), "a batch of one fails with its copy's error")
+	require.Equal(t, error(errs), errs.Err())
 }
 
 // TestCopyFailuresFollowTheSlots: a copy that reads a slot an earlier

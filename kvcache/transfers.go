@@ -448,8 +448,8 @@ func (c *Cache) finish(tr *transfer, err error) {
 	x := &c.xfer
 	tr.done = true
 	x.inFlight--
-	if ce, ok := err.(CopyErrors); ok && len(ce) == len(tr.copies) && len(ce.Unwrap()) == 0 {
-		err = nil // every copy completed
+	if ce, ok := err.(CopyErrors); ok && len(ce) == len(tr.copies) {
+		err = ce.Err() // nil when every copy completed
 	}
 	errs := copyFailures(tr.copies, err)
 	for _, m := range tr.moves {

@@ -17,7 +17,8 @@
 // by another deployment, another tenant, or for other tokens whose 64-bit
 // hash collides with the request's, and a value damaged on disk or on the
 // wire, are reported as kvcache.ErrUnitCorrupt, a value not there as
-// kvcache.ErrUnitMissing; the cache recomputes both.
+// kvcache.ErrUnitMissing; the cache recomputes both, and only those units
+// (a store reports them per key, as a kvcache.CopyErrors).
 //
 // Servers that share a store learn what it holds with Lookup: one batched
 // membership query for a request's blocks, off the cache's lock, after

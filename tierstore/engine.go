@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -36,7 +37,8 @@ type EngineConfig struct {
 	// drops what it moved down).
 	Timeout time.Duration
 	// OnError, when not nil, is told every failed Store call: the tier,
-	// how many units the call carried and the error. It runs on an engine
+	// how many units failed (all of the call's, but for a
+	// kvcache.CopyErrors) and the error. It runs on an engine
 	// goroutine and must not block.
 	OnError func(t kvcache.Tier, units int, err error)
 }
@@ -49,9 +51,10 @@ type EngineConfig struct {
 // The copies of one transfer run in their order, a run of consecutive
 // copies between the same two tiers at a time (so a slot a copy reads
 // before a later copy refills it is read first); a run to or from a store
-// is cut into batches. A sequence's first blocks need no other unit to be
-// usable, so a transfer that fails anywhere fails whole and the cache
-// recomputes what it loaded.
+// is cut into batches. A unit a store lacks or holds corrupt fails its own
+// copy only (the engine reports a kvcache.CopyErrors, and the cache
+// recomputes that unit and keeps the rest); a store that is unavailable
+// fails its batch and the rest of the transfer.
 //
 // A unit of a block the cache has not committed (kvcache.UnitKey.Shared is
 // false) is stored under a namespace private to this Engine, so that no
@@ -179,8 +182,13 @@ func (e *Engine) work() {
 }
 
 // run performs one transfer's copies, a run of copies between the same
-// two tiers at a time.
+// two tiers at a time. It returns nil, or a kvcache.CopyErrors naming the
+// copies that failed: a unit missing from its store or corrupt fails its
+// own copy only; any other failure (the store unavailable, a bad copy)
+// fails its batch, and the copies after it are not tried (they would
+// wait out the same timeout), which fails them too.
 func (e *Engine) run(copies []kvcache.Copy, keys []kvcache.UnitKey) error {
+	var errs kvcache.CopyErrors
 	for start := 0; start < len(copies); {
 		end := start + 1
 		for end < len(copies) && copies[end].From == copies[start].From && copies[end].To == copies[start].To {
@@ -190,32 +198,42 @@ func (e *Engine) run(copies []kvcache.Copy, keys []kvcache.UnitKey) error {
 		if keys != nil {
 			ks = keys[start:end]
 		}
-		if err := e.runGroup(copies[start:end], ks); err != nil {
-			return err
+		group, stop := e.runGroup(copies[start:end], ks)
+		for i, err := range group {
+			if err != nil {
+				errs = errs.Set(start+i, len(copies), err)
+			}
+		}
+		if stop != nil {
+			for i := end; i < len(copies); i++ {
+				errs = errs.Set(i, len(copies), fmt.Errorf("tierstore: copy %d not tried after a failure: %w", i, stop))
+			}
+			break
 		}
 		start = end
 	}
-	return nil
+	return errs.Err()
 }
 
-// runGroup performs copies between the same two tiers.
-func (e *Engine) runGroup(copies []kvcache.Copy, keys []kvcache.UnitKey) error {
+// runGroup performs copies between the same two tiers. It returns the
+// error of each copy (nil when all completed) and, when a batch failed
+// otherwise than by missing or corrupt units, that failure.
+func (e *Engine) runGroup(copies []kvcache.Copy, keys []kvcache.UnitKey) (errs []error, stop error) {
 	from, to := e.cfg.Stores[copies[0].From], e.cfg.Stores[copies[0].To]
 	if from == nil && to == nil {
-		return e.cfg.Memory.Copy(copies)
+		return perCopy(e.cfg.Memory.Copy(copies), len(copies))
 	}
 	if keys == nil {
-		return fmt.Errorf("%w: %d copies from tier %d to tier %d", ErrNoKey, len(copies), copies[0].From, copies[0].To)
+		return perCopy(fmt.Errorf("%w: %d copies from tier %d to tier %d", ErrNoKey, len(copies), copies[0].From, copies[0].To), len(copies))
 	}
 	n := e.cfg.MaxBatch
 	if len(copies) <= n {
-		return e.batch(from, to, copies, keys)
+		return perCopy(e.batch(from, to, copies, keys), len(copies))
 	}
 	var (
-		wg    sync.WaitGroup
-		sem   = make(chan struct{}, e.cfg.Parallel)
-		errMu sync.Mutex
-		first error
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, e.cfg.Parallel)
+		mu  sync.Mutex
 	)
 	for i := 0; i < len(copies); i += n {
 		j := min(i+n, len(copies))
@@ -223,27 +241,56 @@ func (e *Engine) runGroup(copies []kvcache.Copy, keys []kvcache.UnitKey) error {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if err := e.batch(from, to, copies[i:j], keys[i:j]); err != nil {
-				errMu.Lock()
-				if first == nil {
-					first = err
-				}
-				errMu.Unlock()
+			berrs, bstop := perCopy(e.batch(from, to, copies[i:j], keys[i:j]), j-i)
+			if berrs == nil {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if errs == nil {
+				errs = make([]error, len(copies))
+			}
+			copy(errs[i:j], berrs)
+			if stop == nil {
+				stop = bstop
 			}
 		}()
 	}
 	wg.Wait()
-	return first
+	return errs, stop
+}
+
+// perCopy spreads err, the error of a batch of n copies, over its copies:
+// a kvcache.CopyErrors of n is the copies' own, any other error is every
+// copy's and, unless it only says that units are missing or corrupt, is
+// returned as stop.
+func perCopy(err error, n int) (errs []error, stop error) {
+	if err == nil {
+		return nil, nil
+	}
+	if ce, ok := err.(kvcache.CopyErrors); ok && len(ce) == n {
+		return ce, nil
+	}
+	errs = make([]error, n)
+	for i := range errs {
+		errs[i] = err
+	}
+	if !errors.Is(err, kvcache.ErrUnitMissing) && !errors.Is(err, kvcache.ErrUnitCorrupt) {
+		stop = err
+	}
+	return errs, stop
 }
 
 // batch performs copies between the same two tiers in one Store call (two
-// when both are stores).
+// when both are stores: the units the Get read are Put). It returns nil,
+// a kvcache.CopyErrors of len(copies), or the batch's error.
 func (e *Engine) batch(from, to Store, copies []kvcache.Copy, keys []kvcache.UnitKey) error {
 	ks := make([]kvcache.UnitKey, len(keys))
 	for i, k := range keys {
 		ks[i] = e.keyOf(k)
 	}
 	bufs := make([][]byte, len(copies))
+	var got kvcache.CopyErrors // the units the Get could not read
 	if from != nil {
 		for i, cp := range copies {
 			if to == nil {
@@ -256,7 +303,11 @@ func (e *Engine) batch(from, to Store, copies []kvcache.Copy, keys []kvcache.Uni
 			}
 		}
 		if err := e.call(copies[0].From, len(copies), func(ctx context.Context) error { return from.Get(ctx, ks, bufs) }); err != nil {
-			return err
+			ce, ok := err.(kvcache.CopyErrors)
+			if to == nil || !ok || len(ce) != len(copies) {
+				return err
+			}
+			got = ce
 		}
 	} else {
 		for i, cp := range copies {
@@ -269,7 +320,26 @@ func (e *Engine) batch(from, to Store, copies []kvcache.Copy, keys []kvcache.Uni
 	if to == nil {
 		return nil
 	}
-	return e.call(copies[0].To, len(copies), func(ctx context.Context) error { return to.Put(ctx, ks, bufs) })
+	if got == nil {
+		return e.call(copies[0].To, len(copies), func(ctx context.Context) error { return to.Put(ctx, ks, bufs) })
+	}
+	// Store to store with some units unread: Put the others.
+	var pk []kvcache.UnitKey
+	var pb [][]byte
+	var idx []int
+	for i, err := range got {
+		if err == nil {
+			pk, pb, idx = append(pk, ks[i]), append(pb, bufs[i]), append(idx, i)
+		}
+	}
+	if len(pk) > 0 {
+		if err := e.call(copies[0].To, len(pk), func(ctx context.Context) error { return to.Put(ctx, pk, pb) }); err != nil {
+			for _, i := range idx {
+				got[i] = err
+			}
+		}
+	}
+	return got.Err()
 }
 
 // call runs one Store call with the engine's timeout, counting it.
@@ -280,6 +350,9 @@ func (e *Engine) call(t kvcache.Tier, units int, f func(ctx context.Context) err
 	err := f(ctx)
 	if err != nil {
 		e.failures.Add(1)
+		if ce, ok := err.(kvcache.CopyErrors); ok {
+			units = len(ce.Unwrap())
+		}
 		if e.cfg.OnError != nil {
 			e.cfg.OnError(t, units, err)
 		}

@@ -68,16 +68,16 @@ func (m *MemStore) Get(ctx context.Context, keys []kvcache.UnitKey, dst [][]byte
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	var errs kvcache.CopyErrors
 	for i, k := range keys {
 		v, ok := m.values[Name(m.fp, k, ':')]
 		if !ok {
-			return fmt.Errorf("%w: block %016x slice %d", kvcache.ErrUnitMissing, k.Hash, k.Slice)
-		}
-		if err := Decode(v, m.fp, k, dst[i]); err != nil {
-			return err
+			errs = errs.Set(i, len(keys), fmt.Errorf("%w: block %016x slice %d", kvcache.ErrUnitMissing, k.Hash, k.Slice))
+		} else if err := Decode(v, m.fp, k, dst[i]); err != nil {
+			errs = errs.Set(i, len(keys), err)
 		}
 	}
-	return nil
+	return errs.Err()
 }
 
 // Contains implements Store.

@@ -1,6 +1,7 @@
 package tierstore_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -90,9 +91,50 @@ func TestCorruptAndCollidingValuesAreNeverServed(t *testing.T) {
 	b := storetest.NewServer(t, storetest.Config{Store: store, GPU: 8, CPU: 8, Shared: 64})
 	plan := b.Serve(t, prompt) // checks every byte
 	require.Equal(t, 16, plan.ReusedTokens)
-	st := b.Cache.Stats().Tier(3)
-	require.Positive(t, st.Corrupt)
-	require.Positive(t, b.Cache.Stats().Tier(1).Failed)
+	// Exactly the two damaged units fail and are recomputed: the engine
+	// reports each unit's error (kvcache.CopyErrors), so the other 6
+	// units of the transfers are kept.
+	st := b.Cache.Stats()
+	require.Equal(t, uint64(2), st.Tier(3).Corrupt)
+	require.Zero(t, st.Tier(3).Missing)
+	require.Equal(t, uint64(2), st.Tier(kvcache.GPU).Failed)
+	require.Equal(t, uint64(8), st.Onboards, "counted as planned")
+}
+
+// TestAVanishedUnitCostsOneRecompute: a unit the store lost (as Redis's
+// own eviction does) between the lookup and the load fails its own load
+// only, and OnError hears of that one unit.
+func TestAVanishedUnitCostsOneRecompute(t *testing.T) {
+	fp := storetest.Fingerprint(t)
+	store := tierstore.NewMemStore(fp)
+	a := storetest.NewServer(t, storetest.Config{Store: store, GPU: 8, CPU: 8, Shared: 64})
+	prompt := kvcache.Request{Tokens: storetest.Tokens(16, 1)}
+	a.Serve(t, prompt)
+	a.PushDown(t, 2, 100000)
+	keys, err := a.Cache.UnitKeys(nil, prompt)
+	require.NoError(t, err)
+
+	var mu sync.Mutex
+	var reported []int
+	b := storetest.NewServer(t, storetest.Config{Store: store, GPU: 8, CPU: 8, Shared: 64,
+		OnError: func(_ kvcache.Tier, units int, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			require.ErrorIs(t, err, kvcache.ErrUnitMissing)
+			reported = append(reported, units)
+		}})
+	_, err = tierstore.Lookup(context.Background(), store, b.Cache, prompt, 3)
+	require.NoError(t, err)
+	store.Delete(keys[3])
+	plan := b.Serve(t, prompt) // checks every byte
+	require.Equal(t, 16, plan.ReusedTokens)
+	st := b.Cache.Stats()
+	require.Equal(t, uint64(1), st.Tier(3).Missing)
+	require.Equal(t, uint64(1), st.Tier(kvcache.GPU).Failed, "the other 7 loads are kept")
+	require.Equal(t, uint64(8), st.Onboards)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int{1}, reported)
 }
 
 func TestStoreDownThenBack(t *testing.T) {
@@ -230,6 +272,70 @@ func TestEngineConfigAndClose(t *testing.T) {
 	e.Close()
 	e.Start(nil, func(err error) { done <- err })
 	require.ErrorIs(t, <-done, tierstore.ErrClosed)
+}
+
+// TestEngineReportsEachCopy drives an Engine directly over two stores
+// (tiers 3 and 4) and memory: a unit missing from tier 3 fails its own
+// copy, in a memory load and in a store-to-store move (whose other units
+// reach tier 4); a store that is down fails its batch and every copy
+// after it, untried.
+func TestEngineReportsEachCopy(t *testing.T) {
+	l := storetest.Layout(t)
+	mem, err := kvcache.NewMemoryStore(l, kvcache.GPUAndCPU(kvcache.Capacity{Units: 8}, kvcache.Capacity{Units: 8}))
+	require.NoError(t, err)
+	s3, s4 := tierstore.NewMemStore(1), tierstore.NewMemStore(1)
+	e, err := tierstore.NewEngine(tierstore.EngineConfig{Memory: mem, Stores: map[kvcache.Tier]tierstore.Store{3: s3, 4: s4}, MaxBatch: 2})
+	require.NoError(t, err)
+	defer e.Close()
+	run := func(copies []kvcache.Copy, keys []kvcache.UnitKey) error {
+		done := make(chan error, 1)
+		e.StartKeyed(copies, keys, func(err error) { done <- err })
+		return <-done
+	}
+	keys := make([]kvcache.UnitKey, 5)
+	size := len(mem.Bytes(kvcache.GPU, 0, 0))
+	for i := range keys {
+		keys[i] = kvcache.UnitKey{Shared: true, Hash: uint64(100 + i), Depth: 1, Tokens: []uint32{uint32(i)}}
+		v := bytes.Repeat([]byte{byte(i + 1)}, size)
+		if i != 2 {
+			require.NoError(t, s3.Put(context.Background(), keys[i:i+1], [][]byte{v}))
+		}
+	}
+	// Loads of units 0-4 into GPU slots 0-4, in batches of 2: unit 2 is
+	// missing.
+	var loads []kvcache.Copy
+	for i := range keys {
+		loads = append(loads, kvcache.Copy{From: 3, To: kvcache.GPU, ToSlot: int32(i)})
+	}
+	err = run(loads, keys)
+	var errs kvcache.CopyErrors
+	require.ErrorAs(t, err, &errs)
+	require.Len(t, errs, 5)
+	for i, err := range errs {
+		if i == 2 {
+			require.ErrorIs(t, err, kvcache.ErrUnitMissing)
+			continue
+		}
+		require.NoError(t, err, "copy %d", i)
+		require.Equal(t, bytes.Repeat([]byte{byte(i + 1)}, size), mem.Bytes(kvcache.GPU, 0, int32(i)))
+	}
+	// The same units moved from tier 3 to tier 4.
+	moves := make([]kvcache.Copy, len(keys))
+	for i := range moves {
+		moves[i] = kvcache.Copy{From: 3, To: 4, FromSlot: int32(i), ToSlot: int32(i)}
+	}
+	err = run(moves, keys)
+	require.ErrorAs(t, err, &errs)
+	require.ErrorIs(t, errs[2], kvcache.ErrUnitMissing)
+	require.Len(t, errs.Unwrap(), 1)
+	require.Equal(t, 4, s4.Len(), "the units read were stored")
+
+	// Tier 3 down: its batch fails, and so does the memory copy after it.
+	s3.Fail = func(string, []kvcache.UnitKey) error { return errors.New("connection refused") }
+	err = run([]kvcache.Copy{loads[0], {From: kvcache.GPU, To: kvcache.CPU}}, append(keys[:1:1], kvcache.UnitKey{}))
+	require.ErrorAs(t, err, &errs)
+	require.Len(t, errs.Unwrap(), 2)
+	require.ErrorContains(t, errs[1], "not tried")
 }
 
 func TestCodec(t *testing.T) {

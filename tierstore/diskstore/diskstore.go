@@ -356,15 +356,19 @@ func (s *Store) Get(ctx context.Context, keys []kvcache.UnitKey, dst [][]byte) e
 	}
 	buf := s.bufs.Get().(*[]byte)
 	defer s.bufs.Put(buf)
+	var errs kvcache.CopyErrors
 	for i, k := range keys {
 		if err := s.check(ctx); err != nil {
 			return err
 		}
 		if err := s.read(s.Path(k), k, dst[i], buf); err != nil {
-			return err
+			if errors.Is(err, tierstore.ErrUnavailable) {
+				return err
+			}
+			errs = errs.Set(i, len(keys), err)
 		}
 	}
-	return nil
+	return errs.Err()
 }
 
 // read reads the file of unit k at path into dst, using buf.

@@ -138,22 +138,24 @@ func (s *Store) Get(ctx context.Context, keys []kvcache.UnitKey, dst [][]byte) e
 		// of their own).
 		return fmt.Errorf("%w: redisstore: GET of %d units: %w", tierstore.ErrUnavailable, len(keys), err)
 	}
+	var errs kvcache.CopyErrors
 	for i, cmd := range cmds {
 		cerr := cmd.Err()
 		switch {
 		case errors.Is(cerr, redis.Nil):
-			return fmt.Errorf("%w: redisstore: %s", kvcache.ErrUnitMissing, s.Key(keys[i]))
+			errs = errs.Set(i, len(keys), fmt.Errorf("%w: redisstore: %s", kvcache.ErrUnitMissing, s.Key(keys[i])))
 		case cerr != nil && (tooSmall(cerr) || wrongType(cerr)):
 			// Another value than a unit's under its key.
-			return fmt.Errorf("%w: redisstore: %s: %v", kvcache.ErrUnitCorrupt, s.Key(keys[i]), cerr)
+			errs = errs.Set(i, len(keys), fmt.Errorf("%w: redisstore: %s: %v", kvcache.ErrUnitCorrupt, s.Key(keys[i]), cerr))
 		case cerr != nil:
 			return fmt.Errorf("%w: redisstore: GET of %d units, %s: %w", tierstore.ErrUnavailable, len(keys), s.Key(keys[i]), cerr)
-		}
-		if err := tierstore.Decode(bufs[i][:cmd.Val()], s.fp, keys[i], dst[i]); err != nil {
-			return fmt.Errorf("redisstore: %s: %w", s.Key(keys[i]), err)
+		default:
+			if err := tierstore.Decode(bufs[i][:cmd.Val()], s.fp, keys[i], dst[i]); err != nil {
+				errs = errs.Set(i, len(keys), fmt.Errorf("redisstore: %s: %w", s.Key(keys[i]), err))
+			}
 		}
 	}
-	return nil
+	return errs.Err()
 }
 
 // tooSmall reports whether err is GetToBuffer's documented "buffer too

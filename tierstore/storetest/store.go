@@ -14,9 +14,10 @@ import (
 )
 
 // TestStore checks that the stores newStore returns keep the
-// tierstore.Store contract: round trips of batches, membership, misses,
-// isolation of namespaces, LoRAs and deployments, hash collisions and
-// size mismatches reported as corrupt, cancelled contexts, concurrent use.
+// tierstore.Store contract: round trips of batches, membership, misses
+// (of a whole batch, and of some units of one, per unit), isolation of
+// namespaces, LoRAs and deployments, hash collisions and size mismatches
+// reported as corrupt, cancelled contexts, concurrent use.
 // newStore(fp) returns a store of deployment fp over the same storage on
 // every call (so that two deployments share it); the keys TestStore
 // writes have a namespace of their own, so a store holding other data
@@ -88,6 +89,34 @@ func TestStore(t *testing.T, newStore func(t *testing.T, fp uint64) tierstore.St
 		s := newStore(t, fp)
 		if _, err := get(s, key(424242, 0, 1), 16); !errors.Is(err, kvcache.ErrUnitMissing) {
 			t.Fatalf("Get of a unit never stored: %v, want ErrUnitMissing", err)
+		}
+	})
+
+	t.Run("PartlyMissing", func(t *testing.T) {
+		// A batch with a missing and a corrupt unit among good ones
+		// fails those two only, naming each.
+		s := newStore(t, fp)
+		good1, missing, good2, forged := key(2001, 0, 1), key(2002, 0, 2), key(2003, 1, 3), key(2004, 0, 4)
+		other := forged
+		other.Tokens = []uint32{5}
+		if err := s.Put(ctx, []kvcache.UnitKey{good1, good2, other}, [][]byte{payload(good1, 64), payload(good2, 64), payload(other, 64)}); err != nil {
+			t.Fatal(err)
+		}
+		keys := []kvcache.UnitKey{good1, missing, good2, forged}
+		dst := [][]byte{make([]byte, 64), make([]byte, 64), make([]byte, 64), make([]byte, 64)}
+		err := s.Get(ctx, keys, dst)
+		var errs kvcache.CopyErrors
+		if !errors.As(err, &errs) || len(errs) != len(keys) {
+			t.Fatalf("Get of 2 good, a missing and a corrupt unit: %v, want a kvcache.CopyErrors of %d", err, len(keys))
+		}
+		if errs[0] != nil || errs[2] != nil {
+			t.Fatalf("the good units failed: %v, %v", errs[0], errs[2])
+		}
+		if !bytes.Equal(dst[0], payload(good1, 64)) || !bytes.Equal(dst[2], payload(good2, 64)) {
+			t.Fatal("a good unit of the batch read back differs")
+		}
+		if !errors.Is(errs[1], kvcache.ErrUnitMissing) || !errors.Is(errs[3], kvcache.ErrUnitCorrupt) {
+			t.Fatalf("errors %v and %v, want ErrUnitMissing and ErrUnitCorrupt", errs[1], errs[3])
 		}
 	})
 
