@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -74,7 +76,7 @@ func newBench(ctx context.Context, cfg config, msg io.Writer) (*bench, error) {
 	if cfg.engineUnits <= 0 || cfg.maxBatch <= 0 || cfg.parallel <= 0 || cfg.minIters <= 0 {
 		return nil, fmt.Errorf("-engine-units %d, -max-batch %d, -parallel %d and -min-iters %d must be positive", cfg.engineUnits, cfg.maxBatch, cfg.parallel, cfg.minIters)
 	}
-	known := []string{"copy", "mem", "disk", "disk-cold", "redis", "cluster"}
+	known := []string{"copy", "mem", "disk", "disk-cold", "redis", "cluster", "redis-tls"}
 	for _, s := range cfg.stores {
 		if !slices.Contains(known, s) {
 			return nil, fmt.Errorf("unknown store %q (want some of %s)", s, strings.Join(known, ","))
@@ -82,7 +84,7 @@ func newBench(ctx context.Context, cfg config, msg io.Writer) (*bench, error) {
 	}
 	for _, s := range cfg.engine {
 		if !slices.Contains(known[1:], s) || s == "disk-cold" {
-			return nil, fmt.Errorf("unknown engine store %q (want some of mem,disk,redis,cluster)", s)
+			return nil, fmt.Errorf("unknown engine store %q (want some of mem,disk,redis,cluster,redis-tls)", s)
 		}
 	}
 	var nonce [6]byte
@@ -110,6 +112,9 @@ func newBench(ctx context.Context, cfg config, msg io.Writer) (*bench, error) {
 	if b.wants("cluster") && cfg.cluster == "" {
 		b.skip("cluster: skipped, no -cluster and $KVTIER_REDIS_CLUSTER_ADDRS is empty")
 	}
+	if b.wants("redis-tls") && cfg.tlsAddr == "" {
+		b.skip("redis-tls: skipped, no -redis-tls and $KVTIER_REDIS_TLS_ADDR is empty")
+	}
 	return b, nil
 }
 
@@ -129,6 +134,8 @@ func (b *bench) enabled(store string) bool {
 		return b.wants(store) && b.cfg.redis != ""
 	case "cluster":
 		return b.wants(store) && b.cfg.cluster != ""
+	case "redis-tls":
+		return b.wants(store) && b.cfg.tlsAddr != ""
 	}
 	return b.wants(store)
 }
@@ -137,7 +144,7 @@ func (b *bench) enabled(store string) bool {
 func (b *bench) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, name := range []string{"redis", "cluster"} {
+	for _, name := range []string{"redis", "cluster", "redis-tls"} {
 		c := b.redis[name]
 		if c == nil {
 			continue
@@ -155,6 +162,24 @@ func (b *bench) close() {
 			fmt.Fprintln(b.msg, "storebench:", err)
 		}
 	}
+}
+
+// tlsConfig returns the client configuration for the TLS server: its CA
+// trusted, the client certificate shown.
+func (c config) tlsConfig() (*tls.Config, error) {
+	pem, err := os.ReadFile(c.tlsCA)
+	if err != nil {
+		return nil, fmt.Errorf("redis-tls: CA ($KVTIER_REDIS_TLS_CA): %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("redis-tls: no certificate in %s", c.tlsCA)
+	}
+	pair, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
+	if err != nil {
+		return nil, fmt.Errorf("redis-tls: client certificate ($KVTIER_REDIS_TLS_CERT, _KEY): %w", err)
+	}
+	return &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
 }
 
 // deletePrefix removes the keys matching pattern, on every master of a
@@ -305,7 +330,7 @@ func (b *bench) open(size int, fp uint64, maxBatch int) ([]target, func(), error
 	add := func(name string, s tierstore.Store) {
 		targets = append(targets, target{name: name, put: s.Put, get: s.Get, store: s})
 	}
-	for _, name := range []string{"copy", "mem", "disk", "disk-cold", "redis", "cluster"} {
+	for _, name := range []string{"copy", "mem", "disk", "disk-cold", "redis", "cluster", "redis-tls"} {
 		if !b.enabled(name) {
 			continue
 		}
@@ -346,10 +371,18 @@ func (b *bench) open(size int, fp uint64, maxBatch int) ([]target, func(), error
 			closers = append(closers, func() { _ = s.Close() })
 			targets = append(targets, target{name: name, put: s.Put, get: s.Get, store: s, loadOnly: true,
 				beforeGet: func() error { return evictDir(dir) }})
-		case "redis", "cluster":
+		case "redis", "cluster", "redis-tls":
 			opts := redisstore.Options{Addrs: []string{b.cfg.redis}, Prefix: b.prefix, Fingerprint: fp, PoolSize: b.cfg.poolSize}
-			if name == "cluster" {
+			switch name {
+			case "cluster":
 				opts.Addrs, opts.Cluster = splitList(b.cfg.cluster), true
+			case "redis-tls":
+				cfg, err := b.cfg.tlsConfig()
+				if err != nil {
+					closeAll()
+					return nil, nil, err
+				}
+				opts.Addrs, opts.TLS = []string{b.cfg.tlsAddr}, cfg
 			}
 			s, err := redisstore.Open(opts)
 			if err != nil {
@@ -359,7 +392,7 @@ func (b *bench) open(size int, fp uint64, maxBatch int) ([]target, func(), error
 			closers = append(closers, func() { _ = s.Close() })
 			if b.redis[name] == nil {
 				// A client of its own removes the keys at the end.
-				b.redis[name] = redis.NewUniversalClient(&redis.UniversalOptions{Addrs: opts.Addrs, IsClusterMode: opts.Cluster})
+				b.redis[name] = redis.NewUniversalClient(&redis.UniversalOptions{Addrs: opts.Addrs, IsClusterMode: opts.Cluster, TLSConfig: opts.TLS})
 			}
 			ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
 			_, err = s.Contains(ctx, []kvcache.UnitKey{{Shared: true}})

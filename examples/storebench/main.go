@@ -26,7 +26,12 @@
 //   - redis: tierstore/redisstore on the server -redis (default
 //     $KVTIER_REDIS_ADDR; skipped with a message when empty);
 //   - cluster: the same on the Redis Cluster -cluster (default
-//     $KVTIER_REDIS_CLUSTER_ADDRS; skipped when empty).
+//     $KVTIER_REDIS_CLUSTER_ADDRS; skipped when empty);
+//   - redis-tls (not measured unless named in -stores): the same over
+//     mutual TLS on the server -redis-tls (default $KVTIER_REDIS_TLS_ADDR),
+//     trusting the CA in $KVTIER_REDIS_TLS_CA and showing the client
+//     certificate $KVTIER_REDIS_TLS_CERT with its key $KVTIER_REDIS_TLS_KEY
+//     (the files scripts/redis.sh makes).
 //
 // Then, for each store named by -engine, a transfer of -engine-units
 // units from the CPU tier to the store and back through
@@ -74,13 +79,16 @@ type config struct {
 	dir            string
 	sync, cold     bool
 	redis, cluster string
-	poolSize       int
-	engine         []string
-	engineUnits    int
-	maxBatch       int
-	parallel       int
-	json           bool
-	seed           uint64
+	// tlsAddr is the TLS server, tlsCA, tlsCert and tlsKey the PEM files
+	// of its CA and of the client's certificate and key.
+	tlsAddr, tlsCA, tlsCert, tlsKey string
+	poolSize                        int
+	engine                          []string
+	engineUnits                     int
+	maxBatch                        int
+	parallel                        int
+	json                            bool
+	seed                            uint64
 	// prefix starts the Redis keys; empty means one of the run's own.
 	prefix string
 }
@@ -96,6 +104,10 @@ func defaults() config {
 		cold:        true,
 		redis:       os.Getenv("KVTIER_REDIS_ADDR"),
 		cluster:     os.Getenv("KVTIER_REDIS_CLUSTER_ADDRS"),
+		tlsAddr:     os.Getenv("KVTIER_REDIS_TLS_ADDR"),
+		tlsCA:       os.Getenv("KVTIER_REDIS_TLS_CA"),
+		tlsCert:     os.Getenv("KVTIER_REDIS_TLS_CERT"),
+		tlsKey:      os.Getenv("KVTIER_REDIS_TLS_KEY"),
 		engine:      []string{"redis", "disk"},
 		engineUnits: 64,
 		maxBatch:    16,
@@ -113,12 +125,13 @@ func main() {
 	fs.IntVar(&cfg.minIters, "min-iters", cfg.minIters, "fewest timed batches per cell and operation")
 	fs.IntVar(&cfg.iters, "iters", 0, "exactly this many timed batches per cell and operation (overrides -duration)")
 	fs.IntVar(&cfg.tokens, "tokens", 0, "tokens in every unit's header; 0 means unit bytes/4096 clamped to 16..512")
-	stores := fs.String("stores", strings.Join(cfg.stores, ","), "stores to measure: copy,mem,disk,disk-cold,redis,cluster")
+	stores := fs.String("stores", strings.Join(cfg.stores, ","), "stores to measure: copy,mem,disk,disk-cold,redis,cluster,redis-tls")
 	fs.StringVar(&cfg.dir, "dir", cfg.dir, "directory under which the disk store's temporary directory is made")
 	fs.BoolVar(&cfg.sync, "sync", false, "disk store: fsync every file (and its directory) on Put")
 	fs.BoolVar(&cfg.cold, "cold", cfg.cold, "measure disk-cold (Linux): loads after evicting the files from the page cache")
 	fs.StringVar(&cfg.redis, "redis", cfg.redis, "standalone Redis host:port (default $KVTIER_REDIS_ADDR); empty skips redis")
 	fs.StringVar(&cfg.cluster, "cluster", cfg.cluster, "Redis Cluster nodes, comma separated (default $KVTIER_REDIS_CLUSTER_ADDRS); empty skips cluster")
+	fs.StringVar(&cfg.tlsAddr, "redis-tls", cfg.tlsAddr, "Redis host:port speaking TLS (default $KVTIER_REDIS_TLS_ADDR; CA, client certificate and key from $KVTIER_REDIS_TLS_CA, _CERT, _KEY); empty skips redis-tls")
 	fs.IntVar(&cfg.poolSize, "pool", 0, "Redis connections per server (redisstore.Options.PoolSize); 0 means the client's default")
 	engine := fs.String("engine", strings.Join(cfg.engine, ","), "stores to measure through tierstore.Engine (empty: none)")
 	fs.IntVar(&cfg.engineUnits, "engine-units", cfg.engineUnits, "units per Engine transfer")

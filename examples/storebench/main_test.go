@@ -28,7 +28,7 @@ func tiny(t *testing.T) config {
 	}
 	cfg.engine = []string{"disk"}
 	cfg.engineUnits, cfg.maxBatch, cfg.parallel = 8, 2, 2
-	cfg.redis, cfg.cluster = "", ""
+	cfg.redis, cfg.cluster, cfg.tlsAddr = "", "", ""
 	return cfg
 }
 
@@ -46,6 +46,13 @@ func withRedis(t *testing.T, cfg *config) {
 	cfg.stores = append(cfg.stores, "redis")
 	cfg.engine = append(cfg.engine, "redis")
 	cfg.prefix = fmt.Sprintf("kvtier-storebench-test-%d", time.Now().UnixNano())
+	// The TLS server too, when scripts/redis.sh started it (always in CI).
+	if cfg.tlsAddr = os.Getenv("KVTIER_REDIS_TLS_ADDR"); cfg.tlsAddr != "" {
+		cfg.stores = append(cfg.stores, "redis-tls")
+		cfg.engine = append(cfg.engine, "redis-tls")
+	} else if os.Getenv("CI") == "true" {
+		t.Fatal("KVTIER_REDIS_TLS_ADDR is empty under CI=true: scripts/redis.sh starts a TLS server")
+	}
 }
 
 func decode(t *testing.T, out []byte) []result {
@@ -147,6 +154,16 @@ func TestRedis(t *testing.T) {
 	keys, _, err := c.Scan(context.Background(), 0, cfg.prefix+":*", 10000).Result()
 	require.NoError(t, err)
 	require.Empty(t, keys, "the keys written are removed")
+	if cfg.tlsAddr != "" {
+		require.Contains(t, msg.String(), "redis-tls: removed ")
+		tc, err := cfg.tlsConfig()
+		require.NoError(t, err)
+		c := redis.NewClient(&redis.Options{Addr: cfg.tlsAddr, TLSConfig: tc})
+		defer c.Close()
+		keys, _, err := c.Scan(context.Background(), 0, cfg.prefix+":*", 10000).Result()
+		require.NoError(t, err)
+		require.Empty(t, keys, "the keys written over TLS are removed")
+	}
 }
 
 func TestMedian(t *testing.T) {
