@@ -20,6 +20,7 @@ func TestCopyErrors(t *testing.T) {
 	require.Len(t, errs.Unwrap(), 2)
 	require.Empty(t, make(CopyErrors, 3).Unwrap())
 	require.NoError(t, make(CopyErrors, 3).Err())
+	require.Equal(t, "kvcache: none of 3 copies failed", make(CopyErrors, 3).Error())
 	require.NoError(t, CopyErrors(nil).Err())
 	require.Equal(t, missing, CopyErrors{missing}.Err(), "a batch of one fails with its copy's error")
 	require.Equal(t, error(errs), errs.Err())
@@ -121,4 +122,41 @@ func TestAsyncPartlyFailedLoadRecomputesOnlyItsUnit(t *testing.T) {
 	e.completeAll(t, c)
 	requireBlocks(t, c, e.store, o.Seq, other)
 	require.NoError(t, c.checkInvariants())
+}
+
+// TestAsyncCopyErrorsOfAnotherLengthFailTheTransfer: an engine's
+// CopyErrors without an error is success, one of another length than the
+// transfer fails it whole, and one wrapped in another error is found.
+func TestAsyncCopyErrorsOfAnotherLengthFailTheTransfer(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		err       func(n int) error
+		recompute []TokenRange
+		failed    uint64
+	}{
+		{"all nil", func(n int) error { return make(CopyErrors, n) }, nil, 0},
+		{"another length", func(n int) error { return CopyErrors{errors.New("lost")} }, []TokenRange{{0, 8}}, 2},
+		{"wrapped", func(n int) error {
+			var errs CopyErrors
+			return fmt.Errorf("engine: %w", errs.Set(3, n, errors.New("lost")))
+		}, []TokenRange{{4, 8}}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, e, _ := asyncCache(t, Capacity{Units: 4}, Capacity{Units: 8})
+			prompt, other := seqTokens(8, 100), seqTokens(8, 200)
+			cachedOnCPU(t, c, e, prompt, other)
+			plan, err := c.Acquire(Request{Tokens: prompt})
+			require.NoError(t, err)
+			e.complete(t, 0, nil) // layer 0
+			tr := e.started[0]    // layer 1: down, load block 0, down, load block 1
+			e.started = e.started[1:]
+			require.NoError(t, e.store.Copy(tr.copies))
+			tr.done(tc.err(len(tr.copies)))
+			var r Readiness
+			require.NoError(t, c.Readiness(plan.Seq, &r))
+			require.Equal(t, tc.recompute, r.Recompute)
+			require.Equal(t, tc.failed, c.Stats().Tier(GPU).Failed)
+			require.NoError(t, c.checkInvariants())
+		})
+	}
 }

@@ -46,8 +46,9 @@ import (
 // source below is freed. A victim whose move down failed is dropped. A
 // transfer that reads what a failed one was to write fails without
 // starting. An engine that reports which copies failed (CopyErrors) has
-// only those units compensated (and the copies that read what they were
-// to write); the transfers that read from the transfer still fail whole. Each failure is reported as a move to Dropped (an event) and
+// only those units compensated (and any copy that read what a failed one
+// was to write, a guard: the planner keeps such reads in transfers of
+// their own); the transfers that read from the transfer still fail whole. Each failure is reported as a move to Dropped (an event) and
 // counted in TierStats.Failed; nothing else is undone, since the moves
 // were counted as planned.
 
@@ -448,8 +449,15 @@ func (c *Cache) finish(tr *transfer, err error) {
 	x := &c.xfer
 	tr.done = true
 	x.inFlight--
-	if ce, ok := err.(CopyErrors); ok && len(ce) == len(tr.copies) {
+	var ce CopyErrors
+	switch {
+	case !errors.As(err, &ce):
+	case len(ce) == len(tr.copies):
 		err = ce.Err() // nil when every copy completed
+	default:
+		// Which copies failed is unknown: all did, and none counts as
+		// missing or corrupt.
+		err = fmt.Errorf("%w: the engine reported %d copy errors for %d copies: %v", ErrCopyFailed, len(ce), len(tr.copies), err)
 	}
 	errs := copyFailures(tr.copies, err)
 	for _, m := range tr.moves {
@@ -484,7 +492,9 @@ func (c *Cache) finish(tr *transfer, err error) {
 			continue
 		}
 		if dep.data && err != nil && d.depErr == nil {
-			d.depErr = fmt.Errorf("%w: it reads what transfer %d was to write, which failed: %w", ErrCopyFailed, tr.id, err)
+			// (%v: the units it moves are not the ones a store lacked,
+			// so countUnreadable must not count them.)
+			d.depErr = fmt.Errorf("%w: it reads what transfer %d was to write, which failed: %v", ErrCopyFailed, tr.id, err)
 		}
 		if d.deps--; d.deps > 0 {
 			continue
@@ -590,7 +600,7 @@ func (c *Cache) finishCopy(tr *transfer, m move, err error) {
 func (c *Cache) countUnreadable(t Tier, u UnitID, err error) {
 	if c.keyed == nil || !c.keyed.Stores(t) {
 		// A memory tier in the same failed transfer: its load did not
-		// miss (the engine reports one error per transfer).
+		// miss (an engine may report one error for a whole transfer).
 		return
 	}
 	a := c.tiers.arena(t, c.poolOf(u))

@@ -33,8 +33,9 @@ type EngineConfig struct {
 	// means 4.
 	Parallel int
 	// Timeout bounds each Store call; 0 means 5 seconds. A call that
-	// times out fails its transfer (the cache recomputes what it loaded,
-	// drops what it moved down).
+	// times out fails its batch and the batches of the transfer not
+	// started yet (the cache recomputes what they loaded, drops what they
+	// moved down).
 	Timeout time.Duration
 	// OnError, when not nil, is told every failed Store call: the tier,
 	// how many units failed (all of the call's, but for a
@@ -53,8 +54,10 @@ type EngineConfig struct {
 // before a later copy refills it is read first); a run to or from a store
 // is cut into batches. A unit a store lacks or holds corrupt fails its own
 // copy only (the engine reports a kvcache.CopyErrors, and the cache
-// recomputes that unit and keeps the rest); a store that is unavailable
-// fails its batch and the rest of the transfer.
+// recomputes that unit and keeps the rest); any other failure (a store
+// unavailable or timing out) fails its batch, and the batches not started
+// yet are not tried (they would wait out the same timeout): they fail
+// too.
 //
 // A unit of a block the cache has not committed (kvcache.UnitKey.Shared is
 // false) is stored under a namespace private to this Engine, so that no
@@ -185,8 +188,8 @@ func (e *Engine) work() {
 // two tiers at a time. It returns nil, or a kvcache.CopyErrors naming the
 // copies that failed: a unit missing from its store or corrupt fails its
 // own copy only; any other failure (the store unavailable, a bad copy)
-// fails its batch, and the copies after it are not tried (they would
-// wait out the same timeout), which fails them too.
+// fails its batch, and the batches not started yet are not tried (they
+// would wait out the same timeout), which fails them too.
 func (e *Engine) run(copies []kvcache.Copy, keys []kvcache.UnitKey) error {
 	var errs kvcache.CopyErrors
 	for start := 0; start < len(copies); {
@@ -235,24 +238,41 @@ func (e *Engine) runGroup(copies []kvcache.Copy, keys []kvcache.UnitKey) (errs [
 		sem = make(chan struct{}, e.cfg.Parallel)
 		mu  sync.Mutex
 	)
+	record := func(i, j int, berrs []error, bstop error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if errs == nil {
+			errs = make([]error, len(copies))
+		}
+		copy(errs[i:j], berrs)
+		if stop == nil {
+			stop = bstop
+		}
+	}
+	stopped := func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		return stop
+	}
 	for i := 0; i < len(copies); i += n {
 		j := min(i+n, len(copies))
 		sem <- struct{}{}
+		if s := stopped(); s != nil {
+			// A batch already failed otherwise than by its units:
+			// the ones not started yet are not tried.
+			<-sem
+			skipped := make([]error, j-i)
+			for k := range skipped {
+				skipped[k] = fmt.Errorf("tierstore: copy not tried after a failure: %w", s)
+			}
+			record(i, j, skipped, nil)
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			berrs, bstop := perCopy(e.batch(from, to, copies[i:j], keys[i:j]), j-i)
-			if berrs == nil {
-				return
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if errs == nil {
-				errs = make([]error, len(copies))
-			}
-			copy(errs[i:j], berrs)
-			if stop == nil {
-				stop = bstop
+			if berrs, bstop := perCopy(e.batch(from, to, copies[i:j], keys[i:j]), j-i); berrs != nil {
+				record(i, j, berrs, bstop)
 			}
 		}()
 	}
@@ -261,24 +281,29 @@ func (e *Engine) runGroup(copies []kvcache.Copy, keys []kvcache.UnitKey) (errs [
 }
 
 // perCopy spreads err, the error of a batch of n copies, over its copies:
-// a kvcache.CopyErrors of n is the copies' own, any other error is every
-// copy's and, unless it only says that units are missing or corrupt, is
-// returned as stop.
+// a kvcache.CopyErrors of n (wrapped or not) gives the copies' own errors,
+// any other error is every copy's. A copy's error that says anything else
+// than that its unit is missing or corrupt (the store unavailable, a bad
+// copy) is returned as stop as well.
 func perCopy(err error, n int) (errs []error, stop error) {
 	if err == nil {
 		return nil, nil
 	}
-	if ce, ok := err.(kvcache.CopyErrors); ok && len(ce) == n {
-		return ce, nil
+	var ce kvcache.CopyErrors
+	if errors.As(err, &ce) && len(ce) == n {
+		errs = ce
+	} else {
+		errs = make([]error, n)
+		for i := range errs {
+			errs[i] = err
+		}
 	}
-	errs = make([]error, n)
-	for i := range errs {
-		errs[i] = err
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, kvcache.ErrUnitMissing) && !errors.Is(err, kvcache.ErrUnitCorrupt) {
+			return errs, err
+		}
 	}
-	if !errors.Is(err, kvcache.ErrUnitMissing) && !errors.Is(err, kvcache.ErrUnitCorrupt) {
-		stop = err
-	}
-	return errs, stop
+	return errs, nil
 }
 
 // batch performs copies between the same two tiers in one Store call (two
@@ -303,8 +328,11 @@ func (e *Engine) batch(from, to Store, copies []kvcache.Copy, keys []kvcache.Uni
 			}
 		}
 		if err := e.call(copies[0].From, len(copies), func(ctx context.Context) error { return from.Get(ctx, ks, bufs) }); err != nil {
-			ce, ok := err.(kvcache.CopyErrors)
-			if to == nil || !ok || len(ce) != len(copies) {
+			var ce kvcache.CopyErrors
+			if to == nil || !errors.As(err, &ce) || len(ce) != len(copies) {
+				return err
+			}
+			if _, stop := perCopy(ce, len(ce)); stop != nil {
 				return err
 			}
 			got = ce
@@ -334,9 +362,7 @@ func (e *Engine) batch(from, to Store, copies []kvcache.Copy, keys []kvcache.Uni
 	}
 	if len(pk) > 0 {
 		if err := e.call(copies[0].To, len(pk), func(ctx context.Context) error { return to.Put(ctx, pk, pb) }); err != nil {
-			for _, i := range idx {
-				got[i] = err
-			}
+			return err // the whole batch fails (and, unavailable, stops)
 		}
 	}
 	return got.Err()
@@ -348,11 +374,14 @@ func (e *Engine) call(t kvcache.Tier, units int, f func(ctx context.Context) err
 	defer cancel()
 	e.calls.Add(1)
 	err := f(ctx)
+	var ce kvcache.CopyErrors
+	if errors.As(err, &ce) && len(ce) == units {
+		if units = len(ce.Unwrap()); units == 0 {
+			err = nil // no unit failed
+		}
+	}
 	if err != nil {
 		e.failures.Add(1)
-		if ce, ok := err.(kvcache.CopyErrors); ok {
-			units = len(ce.Unwrap())
-		}
 		if e.cfg.OnError != nil {
 			e.cfg.OnError(t, units, err)
 		}

@@ -19,7 +19,7 @@ import (
 //     stored, kvcache.ErrUnitCorrupt when its stored value fails the check
 //     of Decode (another unit's, damaged, or of another size), and
 //     ErrUnavailable when the store failed; after an error any dst may
-//     have been written. When only some units of several are missing or
+//     have been written. When units of a batch of several are missing or
 //     corrupt, the error is a kvcache.CopyErrors as long as keys (element
 //     i for keys[i], nil when dst[i] holds its unit), so that the other
 //     units are used, not recomputed; ErrUnavailable may fail the whole

@@ -116,12 +116,13 @@ func TestAVanishedUnitCostsOneRecompute(t *testing.T) {
 
 	var mu sync.Mutex
 	var reported []int
+	var reportedErrs []error
 	b := storetest.NewServer(t, storetest.Config{Store: store, GPU: 8, CPU: 8, Shared: 64,
 		OnError: func(_ kvcache.Tier, units int, err error) {
+			// (An engine goroutine: recorded, checked by the test's.)
 			mu.Lock()
 			defer mu.Unlock()
-			require.ErrorIs(t, err, kvcache.ErrUnitMissing)
-			reported = append(reported, units)
+			reported, reportedErrs = append(reported, units), append(reportedErrs, err)
 		}})
 	_, err = tierstore.Lookup(context.Background(), store, b.Cache, prompt, 3)
 	require.NoError(t, err)
@@ -135,6 +136,7 @@ func TestAVanishedUnitCostsOneRecompute(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, []int{1}, reported)
+	require.ErrorIs(t, reportedErrs[0], kvcache.ErrUnitMissing)
 }
 
 func TestStoreDownThenBack(t *testing.T) {
@@ -329,6 +331,34 @@ func TestEngineReportsEachCopy(t *testing.T) {
 	require.ErrorIs(t, errs[2], kvcache.ErrUnitMissing)
 	require.Len(t, errs.Unwrap(), 1)
 	require.Equal(t, 4, s4.Len(), "the units read were stored")
+	for i := range keys {
+		if i == 2 {
+			continue
+		}
+		got := [][]byte{make([]byte, size)}
+		require.NoError(t, s4.Get(context.Background(), keys[i:i+1], got))
+		require.Equal(t, bytes.Repeat([]byte{byte(i + 1)}, size), got[0], "unit %d on tier 4", i)
+	}
+
+	// Tier 4 refuses the Puts of a store-to-store move: each batch fails
+	// whole, with the Put's error (the one whose Get missed unit 2 too).
+	var puts atomic.Int32
+	s4.Fail = func(op string, _ []kvcache.UnitKey) error {
+		if op == "put" {
+			puts.Add(1)
+			return errors.New("OOM command not allowed")
+		}
+		return nil
+	}
+	err = run(moves, keys)
+	require.ErrorAs(t, err, &errs)
+	require.Len(t, errs.Unwrap(), 5)
+	for i, err := range errs {
+		require.ErrorIs(t, err, tierstore.ErrUnavailable, "copy %d", i)
+		require.ErrorContains(t, err, "OOM", "copy %d", i)
+	}
+	require.Equal(t, int32(3), puts.Load(), "3 batches (MaxBatch 2), all started at once (Parallel 4)")
+	s4.Fail = nil
 
 	// Tier 3 down: its batch fails, and so does the memory copy after it.
 	s3.Fail = func(string, []kvcache.UnitKey) error { return errors.New("connection refused") }
@@ -336,6 +366,84 @@ func TestEngineReportsEachCopy(t *testing.T) {
 	require.ErrorAs(t, err, &errs)
 	require.Len(t, errs.Unwrap(), 2)
 	require.ErrorContains(t, errs[1], "not tried")
+}
+
+// TestEngineStopsAtAStoreThatIsDown: with one call at a time, a store
+// that is down is called once per transfer, not once per batch; a store
+// that reports an unavailable unit among others (a kvcache.CopyErrors)
+// stops the transfer too, and a CopyErrors without an error is success.
+func TestEngineStopsAtAStoreThatIsDown(t *testing.T) {
+	l := storetest.Layout(t)
+	mem, err := kvcache.NewMemoryStore(l, kvcache.GPUAndCPU(kvcache.Capacity{Units: 8}, kvcache.Capacity{Units: 8}))
+	require.NoError(t, err)
+	var calls atomic.Int32
+	var reply atomic.Value // func(n int) error
+	store := funcStore{get: func(keys []kvcache.UnitKey) error {
+		calls.Add(1)
+		return reply.Load().(func(int) error)(len(keys))
+	}}
+	e, err := tierstore.NewEngine(tierstore.EngineConfig{Memory: mem, Stores: map[kvcache.Tier]tierstore.Store{3: store}, MaxBatch: 2, Parallel: 1})
+	require.NoError(t, err)
+	defer e.Close()
+	copies := make([]kvcache.Copy, 6)
+	keys := make([]kvcache.UnitKey, 6)
+	for i := range copies {
+		copies[i] = kvcache.Copy{From: 3, To: kvcache.GPU, ToSlot: int32(i)}
+		keys[i] = kvcache.UnitKey{Shared: true, Hash: uint64(i), Depth: 1}
+	}
+	run := func() kvcache.CopyErrors {
+		calls.Store(0)
+		done := make(chan error, 1)
+		e.StartKeyed(copies, keys, func(err error) { done <- err })
+		err := <-done
+		if err == nil {
+			return nil
+		}
+		var errs kvcache.CopyErrors
+		require.ErrorAs(t, err, &errs)
+		return errs
+	}
+
+	reply.Store(func(int) error { return fmt.Errorf("%w: connection refused", tierstore.ErrUnavailable) })
+	errs := run()
+	require.Equal(t, int32(1), calls.Load(), "the batches after the first are not tried")
+	require.Len(t, errs.Unwrap(), 6)
+	require.ErrorContains(t, errs[5], "not tried")
+
+	reply.Store(func(n int) error {
+		var errs kvcache.CopyErrors
+		return errs.Set(1, n, fmt.Errorf("%w: one connection reset", tierstore.ErrUnavailable))
+	})
+	errs = run()
+	require.Equal(t, int32(1), calls.Load())
+	require.NoError(t, errs[0], "the unit the store read")
+	require.ErrorIs(t, errs[1], tierstore.ErrUnavailable)
+	require.ErrorContains(t, errs[2], "not tried")
+
+	reply.Store(func(n int) error {
+		var errs kvcache.CopyErrors
+		return errs.Set(0, n, fmt.Errorf("%w: evicted", kvcache.ErrUnitMissing))
+	})
+	errs = run()
+	require.Equal(t, int32(3), calls.Load(), "a missing unit stops nothing")
+	require.Len(t, errs.Unwrap(), 3)
+
+	reply.Store(func(n int) error { return fmt.Errorf("wrapped: %w", make(kvcache.CopyErrors, n)) })
+	require.Nil(t, run(), "a CopyErrors without an error, even wrapped, is success")
+	require.Equal(t, int32(3), calls.Load())
+}
+
+// funcStore is a Store whose Get answers with get (writing nothing).
+type funcStore struct {
+	get func(keys []kvcache.UnitKey) error
+}
+
+func (s funcStore) Put(context.Context, []kvcache.UnitKey, [][]byte) error { return nil }
+func (s funcStore) Get(_ context.Context, keys []kvcache.UnitKey, _ [][]byte) error {
+	return s.get(keys)
+}
+func (s funcStore) Contains(_ context.Context, keys []kvcache.UnitKey) ([]bool, error) {
+	return make([]bool, len(keys)), nil
 }
 
 func TestCodec(t *testing.T) {

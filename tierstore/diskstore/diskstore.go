@@ -341,8 +341,10 @@ func (s *Store) remove(el *list.Element) *entry {
 
 // Get reads unit keys[i] into dst[i] (see tierstore.Store), checking it
 // with tierstore.Decode, and makes its file the most recently used. It
-// checks ctx before each unit and stops at the first error. A file found
-// corrupt is removed.
+// checks ctx before each unit. A unit missing or corrupt fails alone (the
+// error is then a kvcache.CopyErrors, one element per key, when keys holds
+// several); any other error stops the call. A file found corrupt is
+// removed.
 //
 // It returns an error wrapping kvcache.ErrUnitMissing when a unit has no
 // file, kvcache.ErrUnitCorrupt when its file fails the check (another
