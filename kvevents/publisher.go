@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -295,11 +296,15 @@ func (p *Publisher) Close() error {
 func (p *Publisher) closeSockets() error {
 	p.cancel()
 	var errs []error
-	if p.pub != nil {
-		errs = append(errs, p.pub.Close())
-	}
-	if p.router != nil {
-		errs = append(errs, p.router.Close())
+	for _, sock := range []zmq4.Socket{p.pub, p.router} {
+		if sock == nil {
+			continue
+		}
+		// A connection its peer or the cancelled context closed first
+		// reports net.ErrClosed: it is closed, as asked.
+		if err := sock.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

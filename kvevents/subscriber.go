@@ -17,6 +17,11 @@ var ErrInvalidOptions = errors.New("kvevents: invalid options")
 // ErrClosed is returned by the calls on a closed Publisher or Subscriber.
 var ErrClosed = errors.New("kvevents: closed")
 
+// ErrDisconnected is returned by Subscriber.Next once the connection to
+// the publisher has ended (the publisher closed, crashed or restarted)
+// and the batches received before are delivered.
+var ErrDisconnected = errors.New("kvevents: publisher disconnected")
+
 // SubscriberOptions configures a Subscriber.
 type SubscriberOptions struct {
 	// Endpoint is the publisher's PUB endpoint, dialed by the SUB socket.
@@ -76,17 +81,22 @@ type Message struct {
 // written in Go needs to follow one server, and what kvtier's tests use
 // to check a Publisher.
 //
-// A publisher that restarts numbers its batches from 0 again; a
-// Subscriber does not reconnect to it and does not tell a restart from a
-// duplicate: make a new Subscriber (and forget the server's blocks).
+// A Subscriber follows one connection. When the publisher goes away, Next
+// delivers what was received and then returns ErrDisconnected; it does
+// not reconnect, because a restarted publisher numbers its batches from 0
+// again and its cache starts empty: forget the server's blocks
+// (Index.Forget) and make a new Subscriber, with From = Ptr(uint64(0)) to
+// get what the new publisher sent before the subscription took effect.
 //
 // A Subscriber is not safe for concurrent use: one goroutine calls Next.
 type Subscriber struct {
-	opts    SubscriberOptions
-	ctx     context.Context
-	cancel  context.CancelFunc
-	sub     zmq4.Socket
-	live    chan zmq4.Msg
+	opts   SubscriberOptions
+	ctx    context.Context
+	cancel context.CancelFunc
+	sub    zmq4.Socket
+	live   chan zmq4.Msg
+	// recvErr is why receive stopped, set before it closes live.
+	recvErr error
 	started bool // a sequence number was seen or From set
 	next    uint64
 	pending []pendingMessage
@@ -174,6 +184,7 @@ func (s *Subscriber) receive() {
 	for {
 		m, err := s.sub.Recv()
 		if err != nil {
+			s.recvErr = err
 			return
 		}
 		select {
@@ -191,7 +202,8 @@ func (s *Subscriber) Replays() int { return s.replays }
 // ctx ends; replays are bounded by ctx too. A payload that does not
 // decode is returned with its sequence number and an error wrapping
 // ErrMalformed; the stream goes on after it. After Close, Next returns
-// the batches already queued, then ErrClosed.
+// the batches already queued, then ErrClosed; once the publisher has gone
+// away, the batches received, then an error wrapping ErrDisconnected.
 func (s *Subscriber) Next(ctx context.Context) (Message, error) {
 	if s.opts.From != nil && !s.joined {
 		if err := s.replay(ctx, *s.opts.From, nil); err != nil {
@@ -267,7 +279,10 @@ func (s *Subscriber) wait(ctx context.Context) (_ zmq4.Msg, polled bool, _ error
 		return zmq4.Msg{}, true, nil // a failed poll is tried again at the next one
 	case m, ok := <-s.live:
 		if !ok {
-			return zmq4.Msg{}, false, ErrClosed
+			if s.ctx.Err() != nil {
+				return zmq4.Msg{}, false, ErrClosed
+			}
+			return zmq4.Msg{}, false, fmt.Errorf("%w: %s: %v", ErrDisconnected, s.opts.Endpoint, s.recvErr)
 		}
 		s.liveSeen = true
 		return m, false, nil

@@ -418,3 +418,53 @@ func TestSubscriberJoinPoll(t *testing.T) {
 	require.Zero(t, m.Missed)
 	require.GreaterOrEqual(t, s.Replays(), 2)
 }
+
+// TestPublisherRestart: when the publisher goes away, Next delivers what
+// it received, then ErrDisconnected (not a hang, and not ErrClosed); a
+// publisher restarted on the same endpoints numbers from 0 again, and a
+// new Subscriber from 0 gets everything it published, even what went
+// out before the subscription took effect.
+func TestPublisherRestart(t *testing.T) {
+	p := newPublisher(t, kvevents.Options{})
+	s := newSubscriber(t, p, kvevents.SubscriberOptions{From: kvevents.Ptr(uint64(0))})
+	for range 3 {
+		_, err := p.Publish(kvevents.Batch{Events: []kvevents.Event{kvevents.AllBlocksCleared{}}})
+		require.NoError(t, err)
+	}
+	var ix kvevents.Index
+	seqs, missed := follow(t, s, &ix, "a", 2)
+	require.Equal(t, []uint64{0, 1, 2}, seqs)
+	require.Zero(t, missed)
+	endpoint, replay := p.Addr(), p.ReplayAddr()
+	require.NoError(t, p.Close())
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := s.Next(ctx)
+	require.ErrorIs(t, err, kvevents.ErrDisconnected)
+	require.NotErrorIs(t, err, kvevents.ErrClosed)
+	require.NoError(t, ctx.Err(), "reported at once, not at the deadline")
+	_, err = s.Next(ctx)
+	require.ErrorIs(t, err, kvevents.ErrDisconnected, "and again")
+
+	// The restart: same endpoints, numbering from 0.
+	var p2 *kvevents.Publisher
+	for i := 0; ; i++ {
+		p2, err = kvevents.NewPublisher(context.Background(), kvevents.Options{Endpoint: endpoint, ReplayEndpoint: replay})
+		if err == nil {
+			break
+		}
+		require.Less(t, i, 50, "the endpoints are still taken: %v", err)
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Cleanup(func() { _ = p2.Close() })
+	for range 2 {
+		_, err := p2.Publish(kvevents.Batch{})
+		require.NoError(t, err)
+	}
+	ix.Forget("a")
+	s2 := newSubscriber(t, p2, kvevents.SubscriberOptions{From: kvevents.Ptr(uint64(0))})
+	seqs, missed = follow(t, s2, &ix, "a", 1)
+	require.Equal(t, []uint64{0, 1}, seqs)
+	require.Zero(t, missed)
+}
