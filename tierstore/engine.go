@@ -354,10 +354,9 @@ func (e *Engine) batch(from, to Store, copies []kvcache.Copy, keys []kvcache.Uni
 	// Store to store with some units unread: Put the others.
 	var pk []kvcache.UnitKey
 	var pb [][]byte
-	var idx []int
 	for i, err := range got {
 		if err == nil {
-			pk, pb, idx = append(pk, ks[i]), append(pb, bufs[i]), append(idx, i)
+			pk, pb = append(pk, ks[i]), append(pb, bufs[i])
 		}
 	}
 	if len(pk) > 0 {
