@@ -64,18 +64,7 @@ func TestCopyFailuresFollowTheSlots(t *testing.T) {
 // block is recomputed, the rest of the transfer is kept, and another
 // request reuses the other block with the right bytes.
 func TestAsyncPartlyFailedLoadRecomputesOnlyItsUnit(t *testing.T) {
-	c, e, events := asyncCache(t, Capacity{Units: 4}, Capacity{Units: 8})
-	prompt, other := seqTokens(8, 100), seqTokens(8, 200)
-	cachedOnCPU(t, c, e, prompt, other)
-	*events = (*events)[:0]
-
-	plan, err := c.Acquire(Request{Tokens: prompt})
-	require.NoError(t, err)
-	require.Len(t, e.started, 2, "one transfer per KV layer")
-	e.complete(t, 0, nil) // layer 0
-	tr := e.started[0]    // layer 1: down, load block 0, down, load block 1
-	e.started = e.started[1:]
-	require.Equal(t, []Tier{CPU, GPU, CPU, GPU}, []Tier{tr.copies[0].To, tr.copies[1].To, tr.copies[2].To, tr.copies[3].To})
+	c, e, events, prompt, other, plan, tr := layerOneInFlight(t)
 	for i, cp := range tr.copies {
 		if i == 1 {
 			for j, dst := 0, e.store.Bytes(cp.To, cp.Pool, cp.ToSlot); j < len(dst); j++ {
@@ -142,14 +131,7 @@ func TestAsyncCopyErrorsOfAnotherLengthFailTheTransfer(t *testing.T) {
 		}, []TokenRange{{4, 8}}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, e, _ := asyncCache(t, Capacity{Units: 4}, Capacity{Units: 8})
-			prompt, other := seqTokens(8, 100), seqTokens(8, 200)
-			cachedOnCPU(t, c, e, prompt, other)
-			plan, err := c.Acquire(Request{Tokens: prompt})
-			require.NoError(t, err)
-			e.complete(t, 0, nil) // layer 0
-			tr := e.started[0]    // layer 1: down, load block 0, down, load block 1
-			e.started = e.started[1:]
+			c, e, _, _, _, plan, tr := layerOneInFlight(t)
 			require.NoError(t, e.store.Copy(tr.copies))
 			tr.done(tc.err(len(tr.copies)))
 			var r Readiness
@@ -159,4 +141,25 @@ func TestAsyncCopyErrorsOfAnotherLengthFailTheTransfer(t *testing.T) {
 			require.NoError(t, c.checkInvariants())
 		})
 	}
+}
+
+// layerOneInFlight loads a prompt of two blocks cached on the CPU of an
+// asyncCache (two units per block, one per layer): layer 0's transfer is
+// done, and layer 1's, taken from the engine and returned, is not (its
+// copies: a victim down, the load of block 0, a victim down, the load of
+// block 1). The events so far are cleared.
+func layerOneInFlight(t *testing.T) (c *Cache, e *queueEngine, events *[]Event, prompt, other []uint32, plan Plan, tr startedTransfer) {
+	t.Helper()
+	c, e, events = asyncCache(t, Capacity{Units: 4}, Capacity{Units: 8})
+	prompt, other = seqTokens(8, 100), seqTokens(8, 200)
+	cachedOnCPU(t, c, e, prompt, other)
+	*events = (*events)[:0]
+	plan, err := c.Acquire(Request{Tokens: prompt})
+	require.NoError(t, err)
+	require.Len(t, e.started, 2, "one transfer per KV layer")
+	e.complete(t, 0, nil)
+	tr = e.started[0]
+	e.started = e.started[1:]
+	require.Equal(t, []Tier{CPU, GPU, CPU, GPU}, []Tier{tr.copies[0].To, tr.copies[1].To, tr.copies[2].To, tr.copies[3].To})
+	return c, e, events, prompt, other, plan, tr
 }

@@ -69,15 +69,25 @@ func TestWriteThroughPublishesAtOnce(t *testing.T) {
 	require.Equal(t, 16, plan.ReusedTokens)
 }
 
-func TestCorruptAndCollidingValuesAreNeverServed(t *testing.T) {
-	fp := storetest.Fingerprint(t)
-	store := tierstore.NewMemStore(fp)
-	a := storetest.NewServer(t, storetest.Config{Store: store, GPU: 8, CPU: 8, Shared: 64})
-	prompt := kvcache.Request{Tokens: storetest.Tokens(16, 1)}
+// pushedDown returns a MemStore of deployment fp holding the 8 units of
+// a 16-token prompt, which server a computed and pushed down to it, and
+// their keys.
+func pushedDown(t *testing.T) (fp uint64, store *tierstore.MemStore, a *storetest.Server, prompt kvcache.Request, keys []kvcache.UnitKey) {
+	t.Helper()
+	fp = storetest.Fingerprint(t)
+	store = tierstore.NewMemStore(fp)
+	a = storetest.NewServer(t, storetest.Config{Store: store, GPU: 8, CPU: 8, Shared: 64})
+	prompt = kvcache.Request{Tokens: storetest.Tokens(16, 1)}
 	a.Serve(t, prompt)
 	a.PushDown(t, 2, 100000)
 	keys, err := a.Cache.UnitKeys(nil, prompt)
 	require.NoError(t, err)
+	require.Len(t, keys, 8)
+	return fp, store, a, prompt, keys
+}
+
+func TestCorruptAndCollidingValuesAreNeverServed(t *testing.T) {
+	fp, store, a, prompt, keys := pushedDown(t)
 	// Block 1 slice 0: one payload byte flipped. Block 2 slice 1: the
 	// value of a block with other tokens under the same hash (a forced
 	// collision), with a valid checksum.
@@ -105,14 +115,7 @@ func TestCorruptAndCollidingValuesAreNeverServed(t *testing.T) {
 // own eviction does) between the lookup and the load fails its own load
 // only, and OnError hears of that one unit.
 func TestAVanishedUnitCostsOneRecompute(t *testing.T) {
-	fp := storetest.Fingerprint(t)
-	store := tierstore.NewMemStore(fp)
-	a := storetest.NewServer(t, storetest.Config{Store: store, GPU: 8, CPU: 8, Shared: 64})
-	prompt := kvcache.Request{Tokens: storetest.Tokens(16, 1)}
-	a.Serve(t, prompt)
-	a.PushDown(t, 2, 100000)
-	keys, err := a.Cache.UnitKeys(nil, prompt)
-	require.NoError(t, err)
+	_, store, _, prompt, keys := pushedDown(t)
 
 	var mu sync.Mutex
 	var reported []int
@@ -124,7 +127,7 @@ func TestAVanishedUnitCostsOneRecompute(t *testing.T) {
 			defer mu.Unlock()
 			reported, reportedErrs = append(reported, units), append(reportedErrs, err)
 		}})
-	_, err = tierstore.Lookup(context.Background(), store, b.Cache, prompt, 3)
+	_, err := tierstore.Lookup(context.Background(), store, b.Cache, prompt, 3)
 	require.NoError(t, err)
 	store.Delete(keys[3])
 	plan := b.Serve(t, prompt) // checks every byte
