@@ -85,7 +85,7 @@ func Open(opts Options) (*Store, error) {
 		DialTimeout:   dial,
 		// The context of each call bounds it (the engine's timeout).
 		ContextTimeoutEnabled: true,
-		// A failed call fails its transfer, which the cache compensates
+		// A failed call fails its batch, which the cache compensates
 		// (recompute, or drop): retrying would only hold the transfer.
 		MaxRetries: -1,
 	}
