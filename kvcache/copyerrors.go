@@ -11,8 +11,8 @@ import (
 // calling done with a CopyErrors as long as the transfer, so that the
 // cache keeps what the other copies moved instead of recomputing the whole
 // transfer (one unit a shared store evicted then costs one recompute). The
-// tierstore stores return one from Get when only some units are missing
-// or corrupt.
+// tierstore stores return one from Get when units of a batch of several
+// are missing or corrupt.
 //
 // errors.Is and errors.As see every non-nil element. The cache and
 // tierstore.Engine find a CopyErrors wrapped in another error too

@@ -48,7 +48,8 @@ import (
 // starting. An engine that reports which copies failed (CopyErrors) has
 // only those units compensated (and any copy that read what a failed one
 // was to write, a guard: the planner keeps such reads in transfers of
-// their own); the transfers that read from the transfer still fail whole. Each failure is reported as a move to Dropped (an event) and
+// their own); the transfers that read from the transfer still fail
+// whole. Each failure is reported as a move to Dropped (an event) and
 // counted in TierStats.Failed; nothing else is undone, since the moves
 // were counted as planned.
 
