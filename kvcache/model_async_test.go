@@ -2,6 +2,7 @@ package kvcache
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -19,8 +20,12 @@ import (
 // TierStats.Failed; every unit that holds bytes by the cache's account
 // holds exactly its tokens' bytes.
 
-// errTransfer is the failure manualEngine injects.
-var errTransfer = errors.New("injected transfer failure")
+// errTransfer is the failure manualEngine injects, and errMissing the
+// one it injects as a store that lacks a unit.
+var (
+	errTransfer = errors.New("injected transfer failure")
+	errMissing  = fmt.Errorf("%w: injected", ErrUnitMissing)
+)
 
 // manualEngine is a TransferEngine whose transfers run when the harness
 // says (progress, await, drain), or now and then at submission.
@@ -67,7 +72,17 @@ func (e *manualEngine) run(tr startedTransfer) {
 					dst[j] = ^dst[j]
 				}
 			}
-			errs = errs.Set(i, len(tr.copies), errTransfer)
+			err := errTransfer
+			if h.choose(2) == 0 {
+				// As a store that lacks the unit: the cache counts a
+				// load (or copy) to the GPU from a store tier as
+				// missing there, exactly once, and no other unit.
+				err = errMissing
+				if cp.To == GPU && cp.From > GPU {
+					h.plans.missing[cp.From-1]++
+				}
+			}
+			errs = errs.Set(i, len(tr.copies), err)
 		}
 		if errs == nil {
 			// As some engines do: a CopyErrors without an error.

@@ -402,6 +402,9 @@ type ledger struct {
 	// movedIn is, per tier (index t-1), the bytes of the executed
 	// copies down into it.
 	movedIn [MaxTiers]int64
+	// missing is, per tier (index t-1), the copies to the GPU from it
+	// that the engine reported missing (the asynchronous mode).
+	missing [MaxTiers]uint64
 }
 
 // lookup records one unit lookup that found the unit on tier found
@@ -507,6 +510,7 @@ func (h *harness) checkLedger() {
 		evictions += ts.Evictions
 		movedIn += ts.MovedIn
 		require.Equal(h.t, l.hits[i], ts.Hits, "step %d: hits of %s", h.steps, ts.Name)
+		require.Equal(h.t, l.missing[i], ts.Missing, "step %d: units missing from %s", h.steps, ts.Name)
 		require.Equal(h.t, l.misses[i], ts.Misses, "step %d: misses of %s", h.steps, ts.Name)
 		// The ledger sees the copies of the operations that list them
 		// (a Prefetch reports counts only), and an eviction to a backup

@@ -599,7 +599,7 @@ func (c *Cache) finishCopy(tr *transfer, m move, err error) {
 // countUnreadable counts unit u, whose load from store tier t failed with
 // err, when err says the store lacked it or held corrupt bytes.
 func (c *Cache) countUnreadable(t Tier, u UnitID, err error) {
-	if c.keyed == nil || !c.keyed.Stores(t) {
+	if s, ok := c.engine.(storeTiers); !ok || !s.Stores(t) {
 		// A memory tier in the same failed transfer: its load did not
 		// miss (an engine may report one error for a whole transfer).
 		return

@@ -2,6 +2,7 @@ package kvcache
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -15,7 +16,12 @@ type queueEngine struct {
 	store   *MemoryStore
 	started []startedTransfer
 	total   int
+	// stores makes it say that it keeps the tiers below the GPU in
+	// stores (Stores), so that the cache counts what they lack.
+	stores bool
 }
+
+func (e *queueEngine) Stores(t Tier) bool { return e.stores && t > GPU }
 
 func (e *queueEngine) Start(copies []Copy, done func(error)) {
 	e.total++
@@ -246,11 +252,18 @@ func TestAsyncFailedMoveDownDropsTheVictim(t *testing.T) {
 
 // TestAsyncLoadBackWhileMovingDown: a request needs a victim whose move
 // down is still in flight; its load starts when the move is done, and
-// fails without starting when the move fails.
+// fails without starting when the move fails. When the move's failure
+// says a unit is missing from the store, the load that fails with it does
+// not count its own unit missing: it never asked the store.
 func TestAsyncLoadBackWhileMovingDown(t *testing.T) {
-	for _, fail := range []bool{false, true} {
-		t.Run(map[bool]string{false: "ok", true: "move fails"}[fail], func(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{{"ok", nil}, {"move fails", errors.New("disk full")}, {"move fails as missing", fmt.Errorf("%w: evicted", ErrUnitMissing)}} {
+		fail := tc.err != nil
+		t.Run(tc.name, func(t *testing.T) {
 			c, e, _ := asyncCache(t, Capacity{Units: 4}, Capacity{Units: 4})
+			e.stores = true
 			p1, p2, p3 := seqTokens(4, 10), seqTokens(4, 20), seqTokens(4, 30)
 			a, err := c.Acquire(Request{Tokens: p1})
 			require.NoError(t, err)
@@ -273,12 +286,8 @@ func TestAsyncLoadBackWhileMovingDown(t *testing.T) {
 			var r Readiness
 			require.NoError(t, c.Readiness(d.Seq, &r))
 			require.Equal(t, 2, r.Pending)
-			var err1 error
-			if fail {
-				err1 = errors.New("disk full")
-			}
-			e.complete(t, 1, err1) // layer 1's move down
-			e.complete(t, 0, nil)  // layer 0's
+			e.complete(t, 1, tc.err) // layer 1's move down
+			e.complete(t, 0, nil)    // layer 0's
 			_, err = c.Poll()
 			require.NoError(t, err)
 			if fail {
@@ -296,6 +305,7 @@ func TestAsyncLoadBackWhileMovingDown(t *testing.T) {
 				require.Empty(t, r.Recompute)
 			}
 			requireBlocks(t, c, e.store, d.Seq, p1)
+			require.Zero(t, c.Stats().Tier(CPU).Missing)
 			require.NoError(t, c.checkInvariants())
 		})
 	}
