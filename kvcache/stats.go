@@ -50,10 +50,12 @@ type TierStats struct {
 	// MovedIn but copied nothing.
 	Backups        int64
 	BackupsWritten uint64
-	// Missing and Corrupt count, below the GPU, the units of failed
-	// loads from this tier whose transfer reported ErrUnitMissing or
-	// ErrUnitCorrupt (see KeyedEngine): the engine reports one error
-	// per transfer, so every unit the transfer loaded from the tier is
+	// Missing and Corrupt count, on a tier the engine keeps in a store
+	// (KeyedEngine.Stores), the units of failed loads from it whose error
+	// wraps ErrUnitMissing or ErrUnitCorrupt: each unit's own error when
+	// the engine reports one per copy (CopyErrors), else the
+	// transfer's, which then counts every unit it loaded from the tier.
+	// A load failed because a transfer it depends on failed is not
 	// counted. The units were recomputed, never served.
 	Missing, Corrupt uint64
 	// Adopted counts the units Cache.Adopt registered on this tier.
