@@ -1,8 +1,8 @@
 package kvcache
 
 import (
-	"errors"
 	"fmt"
+	"slices"
 )
 
 // CopyErrors reports which copies of a batch failed: element i is the
@@ -21,19 +21,23 @@ type CopyErrors []error
 
 // Error summarizes the failures: how many, and the first.
 func (e CopyErrors) Error() string {
-	n, first := 0, error(nil)
-	for _, err := range e {
-		if err != nil {
-			if first == nil {
-				first = err
-			}
-			n++
-		}
-	}
+	n := e.Failed()
 	if n == 0 {
 		return fmt.Sprintf("kvcache: none of %d copies failed", len(e))
 	}
+	first := e[slices.IndexFunc(e, func(err error) bool { return err != nil })]
 	return fmt.Sprintf("kvcache: %d of %d copies failed, the first: %v", n, len(e), first)
+}
+
+// Failed returns how many copies failed (the non-nil elements).
+func (e CopyErrors) Failed() int {
+	n := 0
+	for _, err := range e {
+		if err != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // Unwrap returns the non-nil elements.
@@ -51,7 +55,7 @@ func (e CopyErrors) Unwrap() []error {
 // batch of one, and e otherwise: what a batch call returns.
 func (e CopyErrors) Err() error {
 	switch {
-	case len(e.Unwrap()) == 0:
+	case e.Failed() == 0:
 		return nil
 	case len(e) == 1:
 		return e[0]
@@ -85,20 +89,14 @@ type slotKey struct {
 	slot int32
 }
 
-// copyFailures returns, for a transfer of copies that finished with err,
-// the error of each copy, or nil when err applies to every copy alike
-// (nil, or an error that is not a CopyErrors of the transfer's length).
-// A copy that read a slot an earlier failed copy of the same transfer was
+// copyFailures returns the error of each of copies, given ce, the
+// engine's report of them (as long as copies). A copy that read a slot an earlier failed copy of the same transfer was
 // to write fails too, whatever the engine says of it: its source never
 // got the bytes. The planner puts such reads (a copy-on-write of a unit
 // being loaded, a load of a victim moving down) in transfers of their own
 // that depend on the writer, so today this is a guard that the model
 // tests never see fire; it keeps the rule local should that change.
-func copyFailures(copies []Copy, err error) []error {
-	var ce CopyErrors
-	if !errors.As(err, &ce) || len(ce) != len(copies) {
-		return nil
-	}
+func copyFailures(copies []Copy, ce CopyErrors) []error {
 	errs := make([]error, len(copies))
 	var bad map[slotKey]error
 	for i, cp := range copies {

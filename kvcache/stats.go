@@ -34,9 +34,10 @@ type TierStats struct {
 	Evictions, Drops uint64
 	// MovedIn counts the units this tier received from the tier above,
 	// and MovedInBytes their bytes (an eviction to a backup, see
-	// Backups, counts too though it copied nothing). Failed counts, with a TransferEngine, the units whose transfer into
-	// this tier failed (see Cache.Poll): loads and copies for the GPU,
-	// moves down below it.
+	// Backups, counts too though it copied nothing). Failed counts, with
+	// a TransferEngine, the units whose transfer into this tier failed
+	// (see Cache.Poll): loads and copies for the GPU, moves down below
+	// it.
 	MovedIn, Failed uint64
 	MovedInBytes    int64
 	// Lost counts units dropped because a Mover panicked during a batch
@@ -51,9 +52,9 @@ type TierStats struct {
 	Backups        int64
 	BackupsWritten uint64
 	// Missing and Corrupt count, on a tier the engine keeps in a store
-	// (KeyedEngine.Stores), the units of failed loads from it whose error
-	// wraps ErrUnitMissing or ErrUnitCorrupt: each unit's own error when
-	// the engine reports one per copy (CopyErrors), else the
+	// (its Stores, see KeyedEngine), the units of failed loads from it
+	// whose error wraps ErrUnitMissing or ErrUnitCorrupt: each unit's own
+	// error when the engine reports one per copy (CopyErrors), else the
 	// transfer's, which then counts every unit it loaded from the tier.
 	// A load failed because a transfer it depends on failed is not
 	// counted. The units were recomputed, never served.

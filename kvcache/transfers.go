@@ -450,17 +450,21 @@ func (c *Cache) finish(tr *transfer, err error) {
 	x := &c.xfer
 	tr.done = true
 	x.inFlight--
+	// errs, when not nil, holds each copy's error (the engine reported
+	// them); else err is every copy's.
+	var errs []error
 	var ce CopyErrors
 	switch {
 	case !errors.As(err, &ce):
 	case len(ce) == len(tr.copies):
-		err = ce.Err() // nil when every copy completed
+		if err = ce.Err(); err != nil { // nil when every copy completed
+			errs = copyFailures(tr.copies, ce)
+		}
 	default:
 		// Which copies failed is unknown: all did, and none counts as
 		// missing or corrupt.
 		err = fmt.Errorf("%w: the engine reported %d copy errors for %d copies: %v", ErrCopyFailed, len(ce), len(tr.copies), err)
 	}
-	errs := copyFailures(tr.copies, err)
 	for _, m := range tr.moves {
 		err := err
 		if errs != nil && m.copy >= 0 {
