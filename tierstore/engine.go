@@ -209,7 +209,7 @@ func (e *Engine) run(copies []kvcache.Copy, keys []kvcache.UnitKey) error {
 		}
 		if stop != nil {
 			for i := end; i < len(copies); i++ {
-				errs = errs.Set(i, len(copies), fmt.Errorf("tierstore: copy %d not tried after a failure: %w", i, stop))
+				errs = errs.Set(i, len(copies), notTried(stop))
 			}
 			break
 		}
@@ -263,7 +263,7 @@ func (e *Engine) runGroup(copies []kvcache.Copy, keys []kvcache.UnitKey) (errs [
 			<-sem
 			skipped := make([]error, j-i)
 			for k := range skipped {
-				skipped[k] = fmt.Errorf("tierstore: copy not tried after a failure: %w", s)
+				skipped[k] = notTried(s)
 			}
 			record(i, j, skipped, nil)
 			continue
@@ -298,12 +298,23 @@ func perCopy(err error, n int) (errs []error, stop error) {
 			errs[i] = err
 		}
 	}
+	return errs, storeFailure(errs)
+}
+
+// storeFailure returns the first of errs that says more than that its
+// unit is missing or corrupt (the store unavailable, a bad copy), or nil.
+func storeFailure(errs []error) error {
 	for _, err := range errs {
 		if err != nil && !errors.Is(err, kvcache.ErrUnitMissing) && !errors.Is(err, kvcache.ErrUnitCorrupt) {
-			return errs, err
+			return err
 		}
 	}
-	return errs, nil
+	return nil
+}
+
+// notTried is the error of a copy the engine did not try after stop.
+func notTried(stop error) error {
+	return fmt.Errorf("tierstore: copy not tried after a failure: %w", stop)
 }
 
 // batch performs copies between the same two tiers in one Store call (two
@@ -329,10 +340,7 @@ func (e *Engine) batch(from, to Store, copies []kvcache.Copy, keys []kvcache.Uni
 		}
 		if err := e.call(copies[0].From, len(copies), func(ctx context.Context) error { return from.Get(ctx, ks, bufs) }); err != nil {
 			var ce kvcache.CopyErrors
-			if to == nil || !errors.As(err, &ce) || len(ce) != len(copies) {
-				return err
-			}
-			if _, stop := perCopy(ce, len(ce)); stop != nil {
+			if to == nil || !errors.As(err, &ce) || len(ce) != len(copies) || storeFailure(ce) != nil {
 				return err
 			}
 			got = ce
@@ -375,7 +383,7 @@ func (e *Engine) call(t kvcache.Tier, units int, f func(ctx context.Context) err
 	err := f(ctx)
 	var ce kvcache.CopyErrors
 	if errors.As(err, &ce) && len(ce) == units {
-		if units = len(ce.Unwrap()); units == 0 {
+		if units = ce.Failed(); units == 0 {
 			err = nil // no unit failed
 		}
 	}
