@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -22,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvtier/kvtier/internal/tlsfiles"
 	"github.com/kvtier/kvtier/kvcache"
 	"github.com/kvtier/kvtier/layout"
 	"github.com/kvtier/kvtier/radix"
@@ -167,19 +167,11 @@ func (b *bench) close() {
 // tlsConfig returns the client configuration for the TLS server: its CA
 // trusted, the client certificate shown.
 func (c config) tlsConfig() (*tls.Config, error) {
-	pem, err := os.ReadFile(c.tlsCA)
+	cfg, err := tlsfiles.Config(c.tlsCA, c.tlsCert, c.tlsKey)
 	if err != nil {
-		return nil, fmt.Errorf("redis-tls: CA ($KVTIER_REDIS_TLS_CA): %w", err)
+		return nil, fmt.Errorf("redis-tls ($KVTIER_REDIS_TLS_CA, _CERT, _KEY): %w", err)
 	}
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("redis-tls: no certificate in %s", c.tlsCA)
-	}
-	pair, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
-	if err != nil {
-		return nil, fmt.Errorf("redis-tls: client certificate ($KVTIER_REDIS_TLS_CERT, _KEY): %w", err)
-	}
-	return &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
+	return cfg, nil
 }
 
 // deletePrefix removes the keys matching pattern, on every master of a
