@@ -11,6 +11,9 @@
 #              openssl are on PATH.
 #   start DIR  starts, on 127.0.0.1 only, each on a free port (never 6379):
 #                - one standalone redis-server;
+#                - another standalone redis-server, for the one test that
+#                  kills a server mid-run (so that tests running meanwhile
+#                  in other packages, on the first one, never see it die);
 #                - a Redis Cluster of 3 masters (no replicas);
 #                - one standalone redis-server that speaks only TLS and
 #                  requires a client certificate (mutual TLS), with a CA,
@@ -22,21 +25,22 @@
 #              reports cluster_state:ok, then writes DIR/env and prints it:
 #                KVTIER_REDIS_ADDR            standalone server, 127.0.0.1:PORT
 #                KVTIER_REDIS_CLUSTER_ADDRS   the 3 masters, comma separated
-#                KVTIER_REDIS_SERVER_PIDFILE  pid file of the standalone server
+#                KVTIER_REDIS_KILLABLE_ADDR   the server to kill, 127.0.0.1:PORT
+#                KVTIER_REDIS_KILLABLE_PIDFILE its pid file
 #                KVTIER_REDIS_TLS_ADDR        TLS server, 127.0.0.1:PORT
 #                KVTIER_REDIS_TLS_CA          PEM file of the CA that signed both
 #                                             certificates
 #                KVTIER_REDIS_TLS_CERT        PEM file of the client certificate
 #                KVTIER_REDIS_TLS_KEY         PEM file of its private key
-#                KVTIER_REDIS_SERVER_CMD      command that restarts the standalone
-#                                             server on the same port with the same
-#                                             config. Every server runs with
+#                KVTIER_REDIS_KILLABLE_CMD    command that restarts it on the same
+#                                             port with the same config. Every
+#                                             server runs with
 #                                             "daemonize yes": the command returns
 #                                             at once (before the server accepts
 #                                             connections, so poll with PING) and
 #                                             the server rewrites the pid file.
-#              A test can kill the standalone server by the PID in the pid file
-#              and bring it back with: sh -c "$KVTIER_REDIS_SERVER_CMD".
+#              A test can kill that server by the PID in the pid file and
+#              bring it back with: sh -c "$KVTIER_REDIS_KILLABLE_CMD".
 #   stop DIR   stops every server started in DIR (SIGTERM, up to 5 s, then
 #              SIGKILL). Idempotent: never fails if they are already stopped.
 #
@@ -228,7 +232,7 @@ start_failed() { # a failure in start stops whatever was started
 }
 
 cmd_start() {
-  local p s c1 c2 c3 t i node ok
+  local p s k c1 c2 c3 t i node ok
   command -v redis-server >/dev/null || die "redis-server not on PATH (scripts/redis.sh install)"
   command -v redis-cli >/dev/null || die "redis-cli not on PATH (scripts/redis.sh install)"
   command -v openssl >/dev/null || die "openssl not on PATH (scripts/redis.sh install)"
@@ -245,6 +249,7 @@ cmd_start() {
   rm -f "$DIR/env"
 
   s=$(launch standalone plain) || start_failed "standalone server did not start"
+  k=$(launch killable plain) || start_failed "killable server did not start"
   c1=$(launch cluster1 cluster) || start_failed "cluster node 1 did not start"
   c2=$(launch cluster2 cluster) || start_failed "cluster node 2 did not start"
   c3=$(launch cluster3 cluster) || start_failed "cluster node 3 did not start"
@@ -282,8 +287,9 @@ export KVTIER_REDIS_TLS_ADDR=127.0.0.1:$t
 export KVTIER_REDIS_TLS_CA=$DIR/certs/ca.crt
 export KVTIER_REDIS_TLS_CERT=$DIR/certs/client.crt
 export KVTIER_REDIS_TLS_KEY=$DIR/certs/client.key
-export KVTIER_REDIS_SERVER_PIDFILE=$DIR/standalone/redis.pid
-export KVTIER_REDIS_SERVER_CMD='redis-server $DIR/standalone.conf'
+export KVTIER_REDIS_KILLABLE_ADDR=127.0.0.1:$k
+export KVTIER_REDIS_KILLABLE_PIDFILE=$DIR/killable/redis.pid
+export KVTIER_REDIS_KILLABLE_CMD='redis-server $DIR/killable.conf'
 EOF
   cat "$DIR/env"
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/kvtier/kvtier/internal/tlsfiles"
 	"github.com/kvtier/kvtier/kvcache"
 	"github.com/kvtier/kvtier/tierstore"
 	"github.com/kvtier/kvtier/tierstore/redisstore"
@@ -244,13 +245,14 @@ func TestTwoProcesses(t *testing.T) {
 	}
 }
 
-// TestServerKilledMidRun: two servers share the standalone Redis with
-// write-through; it is killed by its PID in the middle of the run: the run
+// TestServerKilledMidRun: two servers share a standalone Redis (one of
+// its own, which no other test uses) with write-through; it is killed by
+// its PID in the middle of the run: the run
 // goes on with every byte right, loads and writes fail and are counted;
 // restarted, hits resume without restarting the caches.
 func TestServerKilledMidRun(t *testing.T) {
-	srv := servers(t)[0]
-	pidfile, restart := env(t, "KVTIER_REDIS_SERVER_PIDFILE"), env(t, "KVTIER_REDIS_SERVER_CMD")
+	srv := server{name: "killable", addrs: []string{env(t, "KVTIER_REDIS_KILLABLE_ADDR")}}
+	pidfile, restart := env(t, "KVTIER_REDIS_KILLABLE_PIDFILE"), env(t, "KVTIER_REDIS_KILLABLE_CMD")
 	p := prefix(t, srv)
 	store := open(t, srv, p, storetest.Fingerprint(t))
 	up := func() error {
@@ -370,14 +372,9 @@ func tlsServer(t *testing.T) server {
 	t.Helper()
 	addr, ca := env(t, "KVTIER_REDIS_TLS_ADDR"), env(t, "KVTIER_REDIS_TLS_CA")
 	cert, key := env(t, "KVTIER_REDIS_TLS_CERT"), env(t, "KVTIER_REDIS_TLS_KEY")
-	pem, err := os.ReadFile(ca)
+	cfg, err := tlsfiles.Config(ca, cert, key)
 	require.NoError(t, err)
-	roots := x509.NewCertPool()
-	require.True(t, roots.AppendCertsFromPEM(pem), "no certificate in %s", ca)
-	pair, err := tls.LoadX509KeyPair(cert, key)
-	require.NoError(t, err)
-	return server{name: "tls", addrs: []string{addr},
-		tls: &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}}
+	return server{name: "tls", addrs: []string{addr}, tls: cfg}
 }
 
 // TestTLS runs the conformance suite over TLS against a server that
