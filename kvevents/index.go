@@ -74,22 +74,21 @@ func (ix *Index) Apply(server string, b Batch) {
 func valueOf(ev Event) Event {
 	switch e := ev.(type) {
 	case *BlockStored:
-		if e != nil {
-			return *e
-		}
-		return nil
+		return deref(e)
 	case *BlockRemoved:
-		if e != nil {
-			return *e
-		}
-		return nil
+		return deref(e)
 	case *AllBlocksCleared:
-		if e != nil {
-			return *e
-		}
-		return nil
+		return deref(e)
 	}
 	return ev
+}
+
+// deref returns *p, or nil for a nil p.
+func deref[T Event](p *T) Event {
+	if p == nil {
+		return nil
+	}
+	return *p
 }
 
 // Media returns the media server holds block hash on, sorted, or nil.
