@@ -141,7 +141,7 @@ func (s *stepBench) measure(warm int, step func()) {
 	s.b.ReportMetric(float64(s.nev)/s.evs.Seconds(), "events/s")
 	if s.samples > 0 {
 		perStep := float64(s.bytes) / float64(s.samples)
-		s.b.ReportMetric(perStep/1024, "wire_KB/step")
+		s.b.ReportMetric(perStep/1024, "wire_KiB/step")
 		s.b.ReportMetric(perStep*n/s.evs.Seconds()/1e6, "MB/s")
 	}
 }
