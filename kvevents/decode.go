@@ -34,7 +34,7 @@ func Decode(payload []byte) (Batch, error) {
 	// A bytes.Reader is an io.ByteScanner, so the decoder reads it
 	// without a buffer of its own and r.Len says what is left.
 	r := bytes.NewReader(payload)
-	p := parser{r: r, dec: msgpack.NewDecoder(r)}
+	p := parser{payload: payload, r: r, dec: msgpack.NewDecoder(r)}
 	v, err := p.value(0)
 	if err != nil {
 		return Batch{}, err
@@ -184,11 +184,50 @@ const MaxDepth = 32
 
 // parser reads msgpack values with the limits untrusted input needs:
 // msgpack's own generic decoding sizes a slice or map from its length
-// header, so 5 bytes can claim 4 billion elements, and it recurses
-// without a bound.
+// header, so 5 bytes can claim 4 billion elements; it allocates a bin
+// value's bytes from its header too (5 bytes can claim 4 GiB); and it
+// recurses without a bound.
 type parser struct {
-	r   *bytes.Reader
-	dec *msgpack.Decoder
+	payload []byte
+	r       *bytes.Reader // reads payload; the decoder has no buffer of its own
+	dec     *msgpack.Decoder
+}
+
+// sized returns the length that the str, bin or ext header at the
+// reader's position claims for its data, and how many bytes the header
+// takes. ok is false for any other value, and for a header cut short
+// (which the decoder reports).
+func (p *parser) sized() (n, header int, ok bool) {
+	b := p.payload[len(p.payload)-p.r.Len():]
+	if len(b) == 0 {
+		return 0, 0, false
+	}
+	c := b[0]
+	var width int
+	switch c {
+	case msgpcode.Str8, msgpcode.Bin8, msgpcode.Ext8:
+		width = 1
+	case msgpcode.Str16, msgpcode.Bin16, msgpcode.Ext16:
+		width = 2
+	case msgpcode.Str32, msgpcode.Bin32, msgpcode.Ext32:
+		width = 4
+	default:
+		if msgpcode.IsFixedString(c) {
+			return int(c & 0x1f), 1, true
+		}
+		return 0, 0, false
+	}
+	header = 1 + width
+	if msgpcode.IsExt(c) {
+		header++ // the ext type byte
+	}
+	if len(b) < header {
+		return 0, 0, false
+	}
+	for _, x := range b[1 : 1+width] {
+		n = n<<8 | int(x)
+	}
+	return n, header, true
 }
 
 // value reads one value at nesting depth. Every integer comes back as an
@@ -244,8 +283,11 @@ func (p *parser) value(depth int) (any, error) {
 		}
 		return out, nil
 	}
-	// A scalar: strings and bytes are read as they arrive, not
-	// allocated from their length header.
+	// A scalar. A str, bin or ext value must fit in what is left before
+	// the decoder allocates its length.
+	if n, header, ok := p.sized(); ok && n > p.r.Len()-header {
+		return nil, fmt.Errorf("%w: a value of %d bytes in %d", ErrMalformed, n, p.r.Len()-header)
+	}
 	v, err := p.dec.DecodeInterface()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)

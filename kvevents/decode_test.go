@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"runtime"
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -118,15 +119,27 @@ func TestDecodeRejects(t *testing.T) {
 			t.Errorf("%s: error %v, want ErrMalformed", name, err)
 		}
 	}
-	// Untrusted lengths and depths: an array or map header claiming
-	// billions of elements in 5 bytes must not allocate them, and deep
-	// nesting must not exhaust the stack.
+	// Untrusted lengths and depths: an array, map, str, bin or ext header
+	// claiming billions of elements or bytes in a few bytes must not
+	// allocate them, and deep nesting must not exhaust the stack.
 	deep := bytes.Repeat([]byte{0x91}, 5<<20)
 	for _, raw := range [][]byte{nil, {0xc1}, {0x92, 0xcb}, append(encodeOrFail(t, EncoderOptions{}, Batch{}), 0),
 		{0xdd, 0xff, 0xff, 0xff, 0xff}, {0xdf, 0x10, 0, 0, 0}, {0xdf, 0x01, 0, 0, 0}, {0xdb, 0xff, 0xff, 0xff, 0xff},
-		{0xc6, 0xff, 0xff, 0xff, 0xff}, deep, append(bytes.Repeat([]byte{0x91}, MaxDepth+2), 0xc0)} {
-		if _, err := Decode(raw); !errors.Is(err, ErrMalformed) {
+		{0xc6, 0xff, 0xff, 0xff, 0xff}, {0xc6, 0x92, 0x30, 0x35, 0x30, 0x1a, 0x30, 0x30}, {0xc9, 0xff, 0xff, 0xff, 0xff, 0x05},
+		{0xc5, 0xff, 0xff}, {0xda, 0xff, 0xff}, {0x92, 0x01, 0x91, 0xc6, 0x7f, 0xff, 0xff, 0xff}, {0xc4, 0x02, 0x00},
+		deep, append(bytes.Repeat([]byte{0x91}, MaxDepth+2), 0xc0)} {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err := Decode(raw)
+		runtime.ReadMemStats(&after)
+		if !errors.Is(err, ErrMalformed) {
 			t.Errorf("%x: error %v, want ErrMalformed", raw[:min(len(raw), 16)], err)
+		}
+		// The bound is loose (other goroutines may allocate meanwhile);
+		// a header's claimed length is gigabytes.
+		if alloc, limit := after.TotalAlloc-before.TotalAlloc, uint64(1<<20+16*len(raw)); alloc > limit {
+			t.Errorf("%x: Decode allocated %d bytes for a %d-byte payload, want at most %d",
+				raw[:min(len(raw), 16)], alloc, len(raw), limit)
 		}
 	}
 }
