@@ -138,29 +138,48 @@ func (h *harness) progress() {
 		e.runOne()
 	}
 	n, err := h.c.Poll()
-	require.NoError(h.t, err)
+	if h.policyBreached(err) {
+		return
+	}
 	if n > 0 {
 		h.counts["poll"]++
 	}
 }
 
+// policyBreached reports whether err, from an operation that completes
+// transfers (Poll, Readiness), is a chaos policy's breach met on the way,
+// and notes the cache poisoned if so. Any other error fails the test.
+func (h *harness) policyBreached(err error) bool {
+	if errors.Is(err, ErrPolicy) {
+		h.notePoisoned(err)
+		h.counts["poisoned completing transfers"]++
+		return true
+	}
+	require.NoError(h.t, err, "step %d", h.steps)
+	return false
+}
+
 // await plays a server that waits until every transfer sequence id waits
 // on is done (completing started transfers one by one, any of them, as
 // an engine would), checking Readiness on the way, and records the
-// ranges Readiness tells it to recompute as unwritten.
-func (h *harness) await(id SeqID) {
+// ranges Readiness tells it to recompute as unwritten. It returns false
+// when a chaos policy's breach, met while completing them, poisoned the
+// cache.
+func (h *harness) await(id SeqID) bool {
 	e := h.engine
 	var r Readiness
 	for i := 0; ; i++ {
 		require.Less(h.t, i, 100000, "step %d: seq %d never ready", h.steps, id)
-		require.NoError(h.t, h.c.Readiness(id, &r))
+		if h.policyBreached(h.c.Readiness(id, &r)) {
+			return false
+		}
 		h.checkReadiness(id, &r)
 		if q := h.ref[id]; q != nil && len(r.Recompute) > 0 {
 			q.unwritten = append(q.unwritten, r.Recompute...)
 			h.counts["recompute after a failed load"]++
 		}
 		if r.Pending == 0 {
-			return
+			return true
 		}
 		if !slices.Contains(r.Layers, true) {
 			h.counts["wait, no layer ready"]++
@@ -201,15 +220,17 @@ func (h *harness) checkReadiness(id SeqID, r *Readiness) {
 	}
 }
 
-// drain completes every transfer and polls until none is in flight.
+// drain completes every transfer and polls until none is in flight, or
+// until a chaos policy's breach poisons the cache.
 func (h *harness) drain() {
 	for i := 0; h.inFlight() > 0; i++ {
 		require.Less(h.t, i, 100000, "transfers never drain")
 		if len(h.engine.started) > 0 {
 			h.engine.runOne()
 		}
-		_, err := h.c.Poll()
-		require.NoError(h.t, err)
+		if _, err := h.c.Poll(); h.policyBreached(err) {
+			return
+		}
 	}
 }
 
@@ -221,28 +242,23 @@ func TestModelAsync(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		steps = 600
 	}
-	rare := map[string]int{}
-	for _, mc := range modelConfigs() {
-		t.Run(mc.name, func(t *testing.T) {
-			mc.async = true
-			total := map[string]int{}
-			for seed := range modelSeeds(t, 3) {
-				h := runModel(t, mc, seed+1000, steps)
-				for k, v := range h.counts {
-					total[k] += v
-				}
+	runConfigs(t, modelConfigs(), func(t *testing.T, mc modelConfig) map[string]int {
+		mc.async = true
+		total := map[string]int{}
+		for seed := range modelSeeds(t, 3) {
+			h := runModel(t, mc, seed+1000, steps)
+			for k, v := range h.counts {
+				total[k] += v
 			}
-			t.Logf("%v", total)
-			for _, k := range []string{"acquire", "append", "sparse", "release", "truncate", "fork", "clear",
-				"transfer done", "transfer failed", "transfer partly failed", "transfer done at submission", "poll"} {
-				require.Positive(t, total[k], "%q never happened", k)
-			}
-			for k, v := range total {
-				rare[k] += v
-			}
-		})
-	}
-	for _, k := range []string{"recompute after a failed load", "wait, some layers ready", "wait, no layer ready", "onboard", "truncate cow", "prefetch", "backups written"} {
-		require.Positive(t, rare[k], "no configuration met %q", k)
-	}
+		}
+		t.Logf("%v", total)
+		for _, k := range []string{"acquire", "append", "sparse", "release", "truncate", "fork", "clear",
+			"transfer done", "transfer failed", "transfer partly failed", "transfer done at submission", "poll"} {
+			require.Positive(t, total[k], "%q never happened", k)
+		}
+		return total
+	}, func(total map[string]int) {
+		requireMet(t, total, "recompute after a failed load", "wait, some layers ready", "wait, no layer ready",
+			"onboard", "truncate cow", "prefetch", "backups written")
+	})
 }

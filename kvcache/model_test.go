@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -1233,19 +1234,25 @@ func (h *harness) step() {
 	h.clock.Advance(time.Duration(1+h.choose(3)) * 100 * time.Millisecond)
 	c := h.c
 	if h.engine != nil {
-		h.progress()
+		if h.progress(); h.poisoned != nil {
+			return
+		}
 	}
 	before := h.snapshot()
 	partly := h.partlyDropped()
 	pinnedBefore := h.pinnedSlots()
 	// ready plays a server that waits for the transfers sequence id
 	// waits on before its kernels touch its units (a no-op with a
-	// Mover).
-	ready := func(id SeqID) {
+	// Mover). It returns false when a chaos policy's breach met on the
+	// way poisoned the cache: the step ends there.
+	ready := func(id SeqID) bool {
 		if h.engine != nil {
-			h.await(id)
+			if !h.await(id) {
+				return false
+			}
 			before, partly, pinnedBefore = h.snapshot(), h.partlyDropped(), h.pinnedSlots()
 		}
+		return true
 	}
 	failing := h.choose(20) == 0 && h.engine == nil
 	h.mover.armed = failing
@@ -1401,7 +1408,9 @@ func (h *harness) step() {
 		}
 		// The forward pass that produced the new tokens ran; Append
 		// commits what it wrote, unless the server did already.
-		ready(id)
+		if !ready(id) {
+			return
+		}
 		h.forward(id, len(q.tokens))
 		if h.choose(2) == 0 {
 			if !okErr(c.Commit(id, len(q.tokens))) {
@@ -1430,7 +1439,9 @@ func (h *harness) step() {
 		// A server that writes a chunk (or a step) and maybe commits it.
 		id, q, _ := h.pickSeq()
 		upTo := h.choose(len(q.tokens) + 1)
-		ready(id)
+		if !ready(id) {
+			return
+		}
 		h.forward(id, upTo)
 		if h.choose(3) == 0 {
 			h.counts["forward pass, no commit"]++
@@ -1464,7 +1475,9 @@ func (h *harness) step() {
 			// The step reads the selected units once they are ready,
 			// and recomputes those whose loads failed.
 			n := len(q.unwritten)
-			ready(id)
+			if !ready(id) {
+				return
+			}
 			recompute = q.unwritten[n:]
 		}
 		for _, u := range h.res.Units {
@@ -1499,7 +1512,9 @@ func (h *harness) step() {
 		switch h.choose(3) {
 		case 0:
 			// A request that finished: its last step ran and is shared.
-			ready(id)
+			if !ready(id) {
+				return
+			}
 			h.forward(id, len(q.tokens))
 			if !okErr(c.Commit(id, len(q.tokens))) {
 				return
@@ -1518,7 +1533,9 @@ func (h *harness) step() {
 		id, q, _ := h.pickSeq()
 		n := h.choose(min(len(q.tokens), 7) + 1)
 		if h.choose(2) == 0 {
-			ready(id)
+			if !ready(id) {
+				return
+			}
 			h.forward(id, len(q.tokens)) // the verification pass ran
 		}
 		p, err := c.Truncate(id, n)
@@ -1548,7 +1565,9 @@ func (h *harness) step() {
 		}
 		id, q, _ := h.pickSeq()
 		// Fork copies the parent's KV now: it must be written.
-		ready(id)
+		if !ready(id) {
+			return
+		}
 		h.forward(id, len(q.tokens))
 		committing = id
 		p, err := c.Fork(id)
@@ -1708,6 +1727,9 @@ func runModel(t testing.TB, mc modelConfig, seed uint64, steps int) *harness {
 	if h.engine != nil {
 		h.drain()
 		h.checkAll()
+		if h.poisoned != nil {
+			return h
+		}
 	}
 	st := h.c.Stats()
 	require.Zero(t, st.Tier(GPU).Pinned)
@@ -1744,69 +1766,108 @@ func modelSeeds(t *testing.T, n uint64) uint64 {
 	return k
 }
 
+// runConfigs runs each configuration as a parallel subtest and returns
+// what each run counted, summed over all of them, to checks that see it
+// once every subtest has finished (checks of what must have happened in
+// some configuration). The runs are independent and CPU-bound: in
+// parallel they take about half the wall time on two cores.
+func runConfigs(t *testing.T, configs []modelConfig, run func(t *testing.T, mc modelConfig) map[string]int, checks func(total map[string]int)) {
+	var mu sync.Mutex
+	all := map[string]int{}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			checks(all)
+		}
+	})
+	for _, mc := range configs {
+		t.Run(mc.name, func(t *testing.T) {
+			t.Parallel()
+			counts := run(t, mc)
+			mu.Lock()
+			defer mu.Unlock()
+			for k, v := range counts {
+				all[k] += v
+			}
+		})
+	}
+}
+
+// requireMet fails t for each key of want that no configuration counted.
+func requireMet(t *testing.T, total map[string]int, want ...string) {
+	t.Helper()
+	for _, k := range want {
+		if total[k] == 0 {
+			t.Errorf("no configuration met %q", k)
+		}
+	}
+}
+
 func TestModelRandomized(t *testing.T) {
 	steps := 3000
 	if testing.Short() || raceEnabled {
 		steps = 1000
 	}
-	// Rare paths must have run in some configuration: each check below
-	// is only as good as the cases it met.
-	rare := map[string]int{}
-	for _, mc := range modelConfigs() {
-		t.Run(mc.name, func(t *testing.T) {
-			total := map[string]int{}
-			for seed := range modelSeeds(t, 3) {
-				h := runModel(t, mc, seed+1, steps)
-				for k, v := range h.counts {
-					total[k] += v
-				}
-				require.NotEmpty(t, h.events)
+	runConfigs(t, modelConfigs(), func(t *testing.T, mc modelConfig) map[string]int {
+		total := map[string]int{}
+		for seed := range modelSeeds(t, 3) {
+			h := runModel(t, mc, seed+1, steps)
+			for k, v := range h.counts {
+				total[k] += v
 			}
-			t.Logf("%v", total)
-			for _, k := range []string{"acquire", "append", "sparse", "release", "truncate", "fork", "bad input", "copy failed", "clear"} {
-				require.Positive(t, total[k], "operation %q never ran", k)
-			}
-			for _, k := range []string{"victim of a partly dropped block dropped", "pruned", "mover panicked", "abort", "prefetch", "backups written", "adopted",
-				"move down below the CPU", "load from below the CPU",
-				"commit", "prompt being written by another", "truncate recompute", "recompute of a block with CPU copies"} {
-				rare[k] += total[k]
-			}
-		})
-	}
-	for k, n := range rare {
-		require.Positive(t, n, "no configuration met %q", k)
-	}
+			require.NotEmpty(t, h.events)
+		}
+		t.Logf("%v", total)
+		for _, k := range []string{"acquire", "append", "sparse", "release", "truncate", "fork", "bad input", "copy failed", "clear"} {
+			require.Positive(t, total[k], "operation %q never ran", k)
+		}
+		return total
+	}, func(total map[string]int) {
+		// Rare paths must have run in some configuration: each check
+		// is only as good as the cases it met.
+		requireMet(t, total, "victim of a partly dropped block dropped", "pruned", "mover panicked", "abort", "prefetch",
+			"backups written", "adopted", "move down below the CPU", "load from below the CPU", "commit",
+			"prompt being written by another", "truncate recompute", "recompute of a block with CPU copies")
+	})
 }
 
 // TestModelChaos runs the model-based test with chaos policies: in one call
 // in a few hundred, a policy breaks its contract (see chaosPolicy). Every
 // run either goes on with every invariant intact or stops at the first
 // ErrPolicy, after which the cache's accounting, its bytes and its block
-// tables must still be exact and every change refused.
+// tables must still be exact and every change refused. Each configuration
+// runs with a Mover and with a TransferEngine (async), where a breach may
+// also come while Poll or Readiness completes transfers.
 func TestModelChaos(t *testing.T) {
 	runs, steps := 40, 400
 	if testing.Short() || raceEnabled {
 		runs, steps = 10, 200
 	}
+	var configs []modelConfig
 	for _, mc := range modelConfigs() {
-		t.Run(mc.name, func(t *testing.T) {
-			mc.chaos = 300
-			total, breaches := map[string]int{}, map[string]int{}
-			for seed := range uint64(runs) {
-				h := runModel(t, mc, seed+100, steps)
-				for k, v := range h.counts {
-					total[k] += v
-				}
-				for k, v := range h.chaos.breaches {
-					breaches[k] += v
-				}
-			}
-			t.Logf("%v", total)
-			t.Logf("breaches: %v", breaches)
-			require.Positive(t, total["poisoned"], "no run was poisoned")
-			require.Positive(t, breaches["panic"], "no policy panicked")
-		})
+		configs = append(configs, mc)
+		mc.name, mc.async = mc.name+"-async", true
+		configs = append(configs, mc)
 	}
+	runConfigs(t, configs, func(t *testing.T, mc modelConfig) map[string]int {
+		mc.chaos = 300
+		total, breaches := map[string]int{}, map[string]int{}
+		for seed := range uint64(runs) {
+			h := runModel(t, mc, seed+100, steps)
+			for k, v := range h.counts {
+				total[k] += v
+			}
+			for k, v := range h.chaos.breaches {
+				breaches[k] += v
+			}
+		}
+		t.Logf("%v", total)
+		t.Logf("breaches: %v", breaches)
+		require.Positive(t, total["poisoned"], "no run was poisoned")
+		require.Positive(t, breaches["panic"], "no policy panicked")
+		return total
+	}, func(total map[string]int) {
+		requireMet(t, total, "poisoned completing transfers")
+	})
 }
 
 // TestModelCPUPolicyEvictsPinned runs the model-based test with CPU
@@ -1820,30 +1881,32 @@ func TestModelCPUPolicyEvictsPinned(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		runs, steps = 8, 200
 	}
+	var configs []modelConfig
 	for _, mc := range modelConfigs() {
-		if mc.cpu == (Capacity{}) {
-			continue
+		if mc.cpu != (Capacity{}) {
+			configs = append(configs, mc)
 		}
-		t.Run(mc.name, func(t *testing.T) {
-			mc.chaos, mc.cpuPinnedLiar = math.MaxInt32, true // every tier below the GPU lies
-			total, breaches := map[string]int{}, map[string]int{}
-			for seed := range uint64(runs) {
-				h := runModel(t, mc, seed+500, steps)
-				for k, v := range h.counts {
-					total[k] += v
-				}
-				for k, v := range h.chaos.breaches {
-					breaches[k] += v
-				}
-				if h.poisoned != nil {
-					require.ErrorContains(t, h.poisoned, "policy of pool")
-					require.NotContains(t, h.poisoned.Error(), "gpu policy")
-					require.ErrorContains(t, h.poisoned, "Evict returned")
-				}
-			}
-			t.Logf("%v; breaches %v", total, breaches)
-			require.Positive(t, breaches["evict a pinned unit"], "no CPU policy returned a pinned unit")
-			require.Positive(t, total["poisoned"], "no run was poisoned")
-		})
 	}
+	runConfigs(t, configs, func(t *testing.T, mc modelConfig) map[string]int {
+		mc.chaos, mc.cpuPinnedLiar = math.MaxInt32, true // every tier below the GPU lies
+		total, breaches := map[string]int{}, map[string]int{}
+		for seed := range uint64(runs) {
+			h := runModel(t, mc, seed+500, steps)
+			for k, v := range h.counts {
+				total[k] += v
+			}
+			for k, v := range h.chaos.breaches {
+				breaches[k] += v
+			}
+			if h.poisoned != nil {
+				require.ErrorContains(t, h.poisoned, "policy of pool")
+				require.NotContains(t, h.poisoned.Error(), "gpu policy")
+				require.ErrorContains(t, h.poisoned, "Evict returned")
+			}
+		}
+		t.Logf("%v; breaches %v", total, breaches)
+		require.Positive(t, breaches["evict a pinned unit"], "no CPU policy returned a pinned unit")
+		require.Positive(t, total["poisoned"], "no run was poisoned")
+		return total
+	}, func(map[string]int) {})
 }
