@@ -33,7 +33,8 @@ type Readiness struct {
 // slices keep their capacity.
 //
 // It returns an error wrapping ErrUnknownSequence for an id that is not
-// live, and ErrInvalidRequest for a nil r.
+// live, ErrInvalidRequest for a nil r, and ErrPolicy when a policy broke
+// its contract, here or in the transfers it applied first (see Poll).
 func (c *Cache) Readiness(id SeqID, r *Readiness) (err error) {
 	if r == nil {
 		return fmt.Errorf("%w: nil Readiness", ErrInvalidRequest)

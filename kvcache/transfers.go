@@ -764,7 +764,9 @@ func (c *Cache) settleTransfers() {
 // recompute (Readiness). Every call that changes the cache, and
 // Readiness, polls too; a server calls Poll when Completed signals and it
 // has nothing else to call. It returns how many transfers it applied;
-// without an engine it does nothing.
+// without an engine it does nothing. Applying a transfer calls the tiers'
+// policies: one that breaks its contract makes Poll return an error
+// wrapping ErrPolicy, like any call that changes the cache.
 func (c *Cache) Poll() (n int, err error) {
 	if err := c.lock("Poll"); err != nil {
 		return 0, err
