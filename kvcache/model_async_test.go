@@ -244,13 +244,7 @@ func TestModelAsync(t *testing.T) {
 	}
 	runConfigs(t, modelConfigs(), func(t *testing.T, mc modelConfig) map[string]int {
 		mc.async = true
-		total := map[string]int{}
-		for seed := range modelSeeds(t, 3) {
-			h := runModel(t, mc, seed+1000, steps)
-			for k, v := range h.counts {
-				total[k] += v
-			}
-		}
+		total, _ := runSeeds(t, mc, 1000, modelSeeds(t, 3), steps, nil)
 		t.Logf("%v", total)
 		for _, k := range []string{"acquire", "append", "sparse", "release", "truncate", "fork", "clear",
 			"transfer done", "transfer failed", "transfer partly failed", "transfer done at submission", "poll"} {

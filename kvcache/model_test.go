@@ -1792,6 +1792,28 @@ func runConfigs(t *testing.T, configs []modelConfig, run func(t *testing.T, mc m
 	}
 }
 
+// runSeeds runs mc for the seeds first to first+n-1 and returns what the
+// runs counted and, under chaos, the breaches of their policies, summed.
+// each, if not nil, checks every run after it ended.
+func runSeeds(t *testing.T, mc modelConfig, first, n uint64, steps int, each func(h *harness)) (total, breaches map[string]int) {
+	total, breaches = map[string]int{}, map[string]int{}
+	for seed := range n {
+		h := runModel(t, mc, first+seed, steps)
+		for k, v := range h.counts {
+			total[k] += v
+		}
+		if h.chaos != nil {
+			for k, v := range h.chaos.breaches {
+				breaches[k] += v
+			}
+		}
+		if each != nil {
+			each(h)
+		}
+	}
+	return total, breaches
+}
+
 // requireMet fails t for each key of want that no configuration counted.
 func requireMet(t *testing.T, total map[string]int, want ...string) {
 	t.Helper()
@@ -1808,14 +1830,9 @@ func TestModelRandomized(t *testing.T) {
 		steps = 1000
 	}
 	runConfigs(t, modelConfigs(), func(t *testing.T, mc modelConfig) map[string]int {
-		total := map[string]int{}
-		for seed := range modelSeeds(t, 3) {
-			h := runModel(t, mc, seed+1, steps)
-			for k, v := range h.counts {
-				total[k] += v
-			}
+		total, _ := runSeeds(t, mc, 1, modelSeeds(t, 3), steps, func(h *harness) {
 			require.NotEmpty(t, h.events)
-		}
+		})
 		t.Logf("%v", total)
 		for _, k := range []string{"acquire", "append", "sparse", "release", "truncate", "fork", "bad input", "copy failed", "clear"} {
 			require.Positive(t, total[k], "operation %q never ran", k)
@@ -1838,7 +1855,7 @@ func TestModelRandomized(t *testing.T) {
 // runs with a Mover and with a TransferEngine (async), where a breach may
 // also come while Poll or Readiness completes transfers.
 func TestModelChaos(t *testing.T) {
-	runs, steps := 40, 400
+	runs, steps := uint64(40), 400
 	if testing.Short() || raceEnabled {
 		runs, steps = 10, 200
 	}
@@ -1850,16 +1867,7 @@ func TestModelChaos(t *testing.T) {
 	}
 	runConfigs(t, configs, func(t *testing.T, mc modelConfig) map[string]int {
 		mc.chaos = 300
-		total, breaches := map[string]int{}, map[string]int{}
-		for seed := range uint64(runs) {
-			h := runModel(t, mc, seed+100, steps)
-			for k, v := range h.counts {
-				total[k] += v
-			}
-			for k, v := range h.chaos.breaches {
-				breaches[k] += v
-			}
-		}
+		total, breaches := runSeeds(t, mc, 100, runs, steps, nil)
 		t.Logf("%v", total)
 		t.Logf("breaches: %v", breaches)
 		require.Positive(t, total["poisoned"], "no run was poisoned")
@@ -1877,7 +1885,7 @@ func TestModelChaos(t *testing.T) {
 // ErrPolicy, before the victim's offload can write the pinned unit's slot
 // (which the onboard or copy would then read) or the commit free it.
 func TestModelCPUPolicyEvictsPinned(t *testing.T) {
-	runs, steps := 30, 300
+	runs, steps := uint64(30), 300
 	if testing.Short() || raceEnabled {
 		runs, steps = 8, 200
 	}
@@ -1889,21 +1897,13 @@ func TestModelCPUPolicyEvictsPinned(t *testing.T) {
 	}
 	runConfigs(t, configs, func(t *testing.T, mc modelConfig) map[string]int {
 		mc.chaos, mc.cpuPinnedLiar = math.MaxInt32, true // every tier below the GPU lies
-		total, breaches := map[string]int{}, map[string]int{}
-		for seed := range uint64(runs) {
-			h := runModel(t, mc, seed+500, steps)
-			for k, v := range h.counts {
-				total[k] += v
-			}
-			for k, v := range h.chaos.breaches {
-				breaches[k] += v
-			}
+		total, breaches := runSeeds(t, mc, 500, runs, steps, func(h *harness) {
 			if h.poisoned != nil {
 				require.ErrorContains(t, h.poisoned, "policy of pool")
 				require.NotContains(t, h.poisoned.Error(), "gpu policy")
 				require.ErrorContains(t, h.poisoned, "Evict returned")
 			}
-		}
+		})
 		t.Logf("%v; breaches %v", total, breaches)
 		require.Positive(t, breaches["evict a pinned unit"], "no CPU policy returned a pinned unit")
 		require.Positive(t, total["poisoned"], "no run was poisoned")
