@@ -90,12 +90,13 @@ type slotKey struct {
 }
 
 // copyFailures returns the error of each of copies, given ce, the
-// engine's report of them (as long as copies). A copy that read a slot an earlier failed copy of the same transfer was
-// to write fails too, whatever the engine says of it: its source never
-// got the bytes. The planner puts such reads (a copy-on-write of a unit
-// being loaded, a load of a victim moving down) in transfers of their own
-// that depend on the writer, so today this is a guard that the model
-// tests never see fire; it keeps the rule local should that change.
+// engine's report of them (as long as copies). A copy that read a slot an
+// earlier failed copy of the same transfer was to write fails too,
+// whatever the engine says of it: its source never got the bytes. The
+// planner puts such reads (a copy-on-write of a unit being loaded, a load
+// of a victim moving down) in transfers of their own that depend on the
+// writer, so today this is a guard that the model tests never see fire;
+// it keeps the rule local should that change.
 func copyFailures(copies []Copy, ce CopyErrors) []error {
 	errs := make([]error, len(copies))
 	var bad map[slotKey]error

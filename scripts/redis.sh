@@ -34,11 +34,11 @@
 #                KVTIER_REDIS_TLS_KEY         PEM file of its private key
 #                KVTIER_REDIS_KILLABLE_CMD    command that restarts it on the same
 #                                             port with the same config. Every
-#                                             server runs with
-#                                             "daemonize yes": the command returns
-#                                             at once (before the server accepts
-#                                             connections, so poll with PING) and
-#                                             the server rewrites the pid file.
+#                                             server runs with "daemonize yes":
+#                                             the command returns at once (before
+#                                             the server accepts connections, so
+#                                             poll with PING) and the server
+#                                             rewrites the pid file.
 #              A test can kill that server by the PID in the pid file and
 #              bring it back with: sh -c "$KVTIER_REDIS_KILLABLE_CMD".
 #   stop DIR   stops every server started in DIR (SIGTERM, up to 5 s, then
