@@ -127,7 +127,7 @@ func (p *FIFO[K]) Access(k K) {}
 // insertion order. It does nothing for an unknown or already pinned k.
 func (p *FIFO[K]) Pin(k K) {
 	i, ok := p.keys.lookup(k)
-	if !ok || p.slab.nodes[i].meta.pinned() {
+	if !ok || p.slab.nodes.at(i).meta.pinned() {
 		return
 	}
 	*p.slab.meta(i) |= fifoPinned
@@ -139,7 +139,7 @@ func (p *FIFO[K]) Pin(k K) {
 // does nothing for an unknown or evictable k.
 func (p *FIFO[K]) Unpin(k K) {
 	i, ok := p.keys.lookup(k)
-	if !ok || !p.slab.nodes[i].meta.pinned() {
+	if !ok || !p.slab.nodes.at(i).meta.pinned() {
 		return
 	}
 	m := p.slab.meta(i)
@@ -165,7 +165,7 @@ func (p *FIFO[K]) forget(i int32) {
 	} else {
 		p.reclaimed.remove(i)
 	}
-	p.keys.delete(p.slab.nodes[i].key, i)
+	p.keys.delete(p.slab.nodes.at(i).key, i)
 	p.slab.release(i)
 }
 
@@ -174,7 +174,7 @@ func (p *FIFO[K]) forget(i int32) {
 func (p *FIFO[K]) Evict() (K, bool) {
 	if p.reclaimed.len() > 0 {
 		i := p.reclaimed.min().node
-		k := p.slab.nodes[i].key
+		k := p.slab.nodes.at(i).key
 		p.forget(i)
 		return k, true
 	}
@@ -184,11 +184,11 @@ func (p *FIFO[K]) Evict() (K, bool) {
 			var zero K
 			return zero, false
 		}
-		if p.slab.nodes[i].meta.pinned() {
+		if p.slab.nodes.at(i).meta.pinned() {
 			p.slab.unlink(i) // park it: older than everything queued
 			continue
 		}
-		k := p.slab.nodes[i].key
+		k := p.slab.nodes.at(i).key
 		p.forget(i)
 		return k, true
 	}

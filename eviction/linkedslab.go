@@ -32,7 +32,7 @@ type linkedNode[K comparable, M any] struct {
 // pointers and keeps the slice free of pointers the garbage collector would
 // have to scan (when K and M hold none).
 type linkedSlab[K comparable, M any] struct {
-	nodes []linkedNode[K, M]
+	nodes chunks[linkedNode[K, M]]
 	free  int32 // first free node, chained through next; noLink when none
 	heads int32
 	// tx journals the changes made while a transaction runs (see
@@ -43,10 +43,9 @@ type linkedSlab[K comparable, M any] struct {
 // init creates heads empty lists.
 func (s *linkedSlab[K, M]) init(heads int) {
 	s.heads = int32(heads)
-	s.nodes = make([]linkedNode[K, M], heads)
-	for i := range s.nodes {
-		s.nodes[i].prev = int32(i)
-		s.nodes[i].next = int32(i)
+	s.nodes = chunks[linkedNode[K, M]]{}
+	for i := range int32(heads) {
+		s.nodes.push(linkedNode[K, M]{prev: i, next: i})
 	}
 	s.free = noLink
 }
@@ -56,17 +55,16 @@ func (s *linkedSlab[K, M]) init(heads int) {
 func (s *linkedSlab[K, M]) alloc(k K, m M) (int32, error) {
 	if s.free != noLink {
 		i := s.free
-		n := &s.nodes[i]
+		n := s.nodes.at(i)
 		s.free = n.next
 		n.key, n.meta, n.prev, n.next = k, m, noLink, noLink
 		s.record(i, undoAlloc)
 		return i, nil
 	}
-	if len(s.nodes) >= math.MaxInt32 {
-		return 0, fmt.Errorf("%w: %d", ErrTooManyKeys, len(s.nodes))
+	if s.nodes.len() >= math.MaxInt32 {
+		return 0, fmt.Errorf("%w: %d", ErrTooManyKeys, s.nodes.len())
 	}
-	s.nodes = append(s.nodes, linkedNode[K, M]{meta: m, key: k, prev: noLink, next: noLink})
-	i := int32(len(s.nodes) - 1)
+	i := s.nodes.push(linkedNode[K, M]{meta: m, key: k, prev: noLink, next: noLink})
 	s.record(i, undoAppend)
 	return i, nil
 }
@@ -77,7 +75,7 @@ func (s *linkedSlab[K, M]) alloc(k K, m M) (int32, error) {
 func (s *linkedSlab[K, M]) release(i int32) {
 	var zk K
 	var zm M
-	n := &s.nodes[i]
+	n := s.nodes.at(i)
 	if s.tx.on {
 		s.recordRelease(i)
 	}
@@ -87,42 +85,51 @@ func (s *linkedSlab[K, M]) release(i int32) {
 
 // linked reports whether node i is on a list.
 func (s *linkedSlab[K, M]) linked(i int32) bool {
-	return s.nodes[i].prev != noLink
+	return s.nodes.at(i).prev != noLink
 }
 
 // pushBack appends detached node i to the list of sentinel head.
 func (s *linkedSlab[K, M]) pushBack(head, i int32) {
-	last := s.nodes[head].prev
-	s.nodes[i].prev = last
-	s.nodes[i].next = head
-	s.nodes[last].next = i
-	s.nodes[head].prev = i
+	h, n := s.nodes.at(head), s.nodes.at(i)
+	last := h.prev
+	n.prev, n.next = last, head
+	s.nodes.at(last).next = i
+	h.prev = i
 	s.record(i, undoPushBack)
 }
 
 // unlink detaches node i from its list.
 func (s *linkedSlab[K, M]) unlink(i int32) {
-	n := &s.nodes[i]
+	n := s.nodes.at(i)
 	// The undo of an unlink puts i back after its old prev.
 	s.record(i, n.prev)
-	s.nodes[n.prev].next = n.next
-	s.nodes[n.next].prev = n.prev
+	s.nodes.at(n.prev).next = n.next
+	s.nodes.at(n.next).prev = n.prev
 	n.prev, n.next = noLink, noLink
 }
 
 // moveToBack moves linked node i to the end of the list of sentinel head.
+// It is unlink then pushBack, with each node looked up once.
 func (s *linkedSlab[K, M]) moveToBack(head, i int32) {
-	if s.nodes[head].prev == i {
+	h := s.nodes.at(head)
+	if h.prev == i {
 		return
 	}
-	s.unlink(i)
-	s.pushBack(head, i)
+	n := s.nodes.at(i)
+	s.record(i, n.prev)
+	s.nodes.at(n.prev).next = n.next
+	s.nodes.at(n.next).prev = n.prev
+	last := h.prev
+	n.prev, n.next = last, head
+	s.nodes.at(last).next = i
+	h.prev = i
+	s.record(i, undoPushBack)
 }
 
 // front returns the first node of the list of sentinel head, or head itself
 // when the list is empty.
 func (s *linkedSlab[K, M]) front(head int32) int32 {
-	return s.nodes[head].next
+	return s.nodes.at(head).next
 }
 
 // trackedKeyError is the error of an Insert of a key that is already

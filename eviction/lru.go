@@ -147,7 +147,7 @@ func (p *LRU[K]) Evict() (K, bool) {
 		var zero K
 		return zero, false
 	}
-	k := p.slab.nodes[i].key
+	k := p.slab.nodes.at(i).key
 	p.slab.unlink(i)
 	p.keys.delete(k, i)
 	p.slab.release(i)

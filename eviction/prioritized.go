@@ -74,11 +74,11 @@ type PrioritizedLRU[K comparable] struct {
 	// never does. It is kept apart from the nodes so that the list walks of
 	// Access and Evict touch 24-byte nodes, and it only grows as far as the
 	// highest node that ever had a duration (not at all when none does).
-	durations []time.Duration
+	durations sparse[time.Duration]
 
 	// tx holds what Begin saved; txDurations journals durations.
 	tx          prioritizedScalars
-	txDurations sliceJournal[time.Duration]
+	txDurations sparseJournal[time.Duration]
 }
 
 // prioritizedScalars are the fields of a PrioritizedLRU that Begin saves.
@@ -165,18 +165,18 @@ func (p *PrioritizedLRU[K]) Insert(k K, e Entry) error {
 // priority timer.
 func (p *PrioritizedLRU[K]) Access(k K) {
 	i, ok := p.keys.lookup(k)
-	if !ok || p.slab.nodes[i].meta.pinned {
+	if !ok || p.slab.nodes.at(i).meta.pinned {
 		return
 	}
 	p.expire()
-	p.slab.moveToBack(int32(p.slab.nodes[i].meta.level), i)
+	p.slab.moveToBack(int32(p.slab.nodes.at(i).meta.level), i)
 }
 
 // Pin makes k ineligible for eviction until Unpin and stops its priority
 // timer. It does nothing for an unknown or already pinned k.
 func (p *PrioritizedLRU[K]) Pin(k K) {
 	i, ok := p.keys.lookup(k)
-	if !ok || p.slab.nodes[i].meta.pinned {
+	if !ok || p.slab.nodes.at(i).meta.pinned {
 		return
 	}
 	// A priority that ran out before the pin has fallen back for good.
@@ -190,7 +190,7 @@ func (p *PrioritizedLRU[K]) Pin(k K) {
 // expired. It does nothing for an unknown or evictable k.
 func (p *PrioritizedLRU[K]) Unpin(k K) {
 	i, ok := p.keys.lookup(k)
-	if !ok || !p.slab.nodes[i].meta.pinned {
+	if !ok || !p.slab.nodes.at(i).meta.pinned {
 		return
 	}
 	p.slab.meta(i).pinned = false
@@ -224,7 +224,7 @@ func (p *PrioritizedLRU[K]) Evict() (K, bool) {
 		return zero, false
 	}
 	i := p.slab.front(int32(level))
-	k := p.slab.nodes[i].key
+	k := p.slab.nodes.at(i).key
 	p.forget(i)
 	return k, true
 }
@@ -237,7 +237,7 @@ func (p *PrioritizedLRU[K]) Len() int {
 // release appends detached node i to the back of its level and starts its
 // priority timer.
 func (p *PrioritizedLRU[K]) release(i int32) {
-	level := p.slab.nodes[i].meta.level
+	level := p.slab.nodes.at(i).meta.level
 	p.slab.pushBack(int32(level), i)
 	p.nonEmpty[level>>6] |= 1 << (level & 63)
 	if d := p.duration(i); d > 0 {
@@ -248,7 +248,7 @@ func (p *PrioritizedLRU[K]) release(i int32) {
 
 // detach takes evictable node i off its level's list and stops its timer.
 func (p *PrioritizedLRU[K]) detach(i int32) {
-	level := p.slab.nodes[i].meta.level
+	level := p.slab.nodes.at(i).meta.level
 	p.slab.unlink(i)
 	if p.slab.front(int32(level)) == int32(level) {
 		p.nonEmpty[level>>6] &^= 1 << (level & 63)
@@ -258,33 +258,26 @@ func (p *PrioritizedLRU[K]) detach(i int32) {
 
 // forget stops tracking node i.
 func (p *PrioritizedLRU[K]) forget(i int32) {
-	if !p.slab.nodes[i].meta.pinned {
+	if !p.slab.nodes.at(i).meta.pinned {
 		p.detach(i)
 	}
 	p.setDuration(i, 0) // the node will be reused
-	p.keys.delete(p.slab.nodes[i].key, i)
+	p.keys.delete(p.slab.nodes.at(i).key, i)
 	p.slab.release(i)
 }
 
 // duration returns node i's priority duration.
-func (p *PrioritizedLRU[K]) duration(i int32) time.Duration {
-	if int(i) < len(p.durations) {
-		return p.durations[i]
-	}
-	return 0
-}
+func (p *PrioritizedLRU[K]) duration(i int32) time.Duration { return p.durations.get(uint64(i)) }
 
-// setDuration sets node i's priority duration, growing durations only
-// when d is not zero.
+// setDuration sets node i's priority duration, allocating a chunk of
+// durations only when d is not zero.
 func (p *PrioritizedLRU[K]) setDuration(i int32, d time.Duration) {
-	if int(i) >= len(p.durations) {
-		if d == 0 {
-			return
-		}
-		p.durations = append(p.durations, make([]time.Duration, int(i)+1-len(p.durations))...)
+	old := p.durations.get(uint64(i))
+	if old == d {
+		return
 	}
-	p.txDurations.save(p.durations, int(i))
-	p.durations[i] = d
+	p.txDurations.save(uint64(i), old)
+	*p.durations.ref(uint64(i)) = d
 }
 
 // expire moves every evictable key whose priority has run out by now to the

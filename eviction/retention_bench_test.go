@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvtier/kvtier/costmodel"
+	"github.com/kvtier/kvtier/internal/cputime"
 )
 
 // retentionWorkload is a fixed stream of entries and clock steps, so that
@@ -112,12 +113,12 @@ type cpuMeter struct {
 }
 
 func startCPU() cpuMeter {
-	t, ok := processCPUTime()
+	t, ok := cputime.Process()
 	return cpuMeter{start: t, ok: ok}
 }
 
 func (m cpuMeter) report(b *testing.B) {
-	if t, ok := processCPUTime(); ok && m.ok && b.N > 0 {
+	if t, ok := cputime.Process(); ok && m.ok && b.N > 0 {
 		b.ReportMetric(float64(t-m.start)/float64(b.N), "cpu-ns/op")
 	}
 }
@@ -166,14 +167,14 @@ func newSplitTimer() *splitTimer {
 	runtime.LockOSThread()
 	st := &splitTimer{}
 	const calib = 1000
-	t0, ok := threadCPUTime()
+	t0, ok := cputime.Thread()
 	if !ok {
 		return st
 	}
 	for range calib {
-		threadCPUTime()
+		cputime.Thread()
 	}
-	t1, _ := threadCPUTime()
+	t1, _ := cputime.Thread()
 	st.overhead, st.ok = (t1-t0)/(calib+1), true
 	return st
 }
@@ -184,16 +185,16 @@ func (st *splitTimer) step(p Policy[int], clock *ManualClock, w *retentionWorklo
 		return
 	}
 	clock.Advance(w.steps[i%len(w.steps)])
-	t0, _ := threadCPUTime()
+	t0, _ := cputime.Thread()
 	k, ok := p.Evict()
-	t1, _ := threadCPUTime()
+	t1, _ := cputime.Thread()
 	if !ok {
 		panic("no victim")
 	}
 	if err := p.Insert(k, w.entry(i)); err != nil {
 		panic(err)
 	}
-	t2, _ := threadCPUTime()
+	t2, _ := cputime.Thread()
 	st.evict += t1 - t0 - st.overhead
 	st.insert += t2 - t1 - st.overhead
 	st.samples++

@@ -254,7 +254,7 @@ func (p *S3FIFO[K]) Insert(k K, e Entry) error {
 	}
 	p.forgetAbsent()
 	if ok {
-		switch p.slab.nodes[i].meta.queue {
+		switch p.slab.nodes.at(i).meta.queue {
 		case s3Ghost:
 			p.detach(i)
 		case s3Claimed:
@@ -294,7 +294,7 @@ func (p *S3FIFO[K]) Access(k K) {
 	if !ok {
 		return
 	}
-	if m := &p.slab.nodes[i].meta; m.queue <= s3Main && m.freq < p.freqCap {
+	if m := &p.slab.nodes.at(i).meta; m.queue <= s3Main && m.freq < p.freqCap {
 		p.slab.meta(i).freq++
 	}
 }
@@ -306,7 +306,7 @@ func (p *S3FIFO[K]) Pin(k K) {
 	if !ok {
 		return
 	}
-	if m := &p.slab.nodes[i].meta; m.queue > s3Main || m.pinned {
+	if m := &p.slab.nodes.at(i).meta; m.queue > s3Main || m.pinned {
 		return
 	}
 	p.detach(i)
@@ -320,7 +320,7 @@ func (p *S3FIFO[K]) Unpin(k K) {
 	if !ok {
 		return
 	}
-	if m := &p.slab.nodes[i].meta; m.queue > s3Main || !m.pinned {
+	if m := &p.slab.nodes.at(i).meta; m.queue > s3Main || !m.pinned {
 		return
 	}
 	m := p.slab.meta(i)
@@ -335,7 +335,7 @@ func (p *S3FIFO[K]) Remove(k K) {
 	if !ok {
 		return
 	}
-	m := &p.slab.nodes[i].meta
+	m := &p.slab.nodes.at(i).meta
 	if m.queue > s3Main {
 		return
 	}
@@ -374,9 +374,9 @@ func (p *S3FIFO[K]) evictMain() K {
 	head := int32(s3Main)
 	for {
 		i := p.slab.front(head)
-		m := &p.slab.nodes[i].meta
+		m := &p.slab.nodes.at(i).meta
 		if m.freq == 0 {
-			k := p.slab.nodes[i].key
+			k := p.slab.nodes.at(i).key
 			p.detach(i)
 			p.forget(i)
 			p.tracked--
@@ -395,14 +395,14 @@ func (p *S3FIFO[K]) evictSmall() (K, bool) {
 	for p.count[s3Small] > 0 {
 		i := p.slab.front(int32(s3Small))
 		p.detach(i)
-		if p.slab.nodes[i].meta.freq >= p.threshold {
+		if p.slab.nodes.at(i).meta.freq >= p.threshold {
 			m := p.slab.meta(i)
 			m.freq = 0
 			m.queue = s3Main
 			p.attach(s3Main, i)
 			continue
 		}
-		k := p.slab.nodes[i].key
+		k := p.slab.nodes.at(i).key
 		p.tracked--
 		p.remember(i)
 		return k, true
@@ -415,7 +415,7 @@ func (p *S3FIFO[K]) evictSmall() (K, bool) {
 // entry, making room in the ghost by dropping its oldest entries. A key
 // larger than the ghost is forgotten.
 func (p *S3FIFO[K]) remember(i int32) {
-	size := p.slab.nodes[i].meta.size
+	size := p.slab.nodes.at(i).meta.size
 	if size > p.ghostCap {
 		p.forget(i)
 		return
@@ -459,7 +459,7 @@ func (p *S3FIFO[K]) Admit(k K, size int64) (makeRoom, insert bool) {
 		return makeRoom, makeRoom && size < p.smallCap
 	}
 	p.forgetAbsent()
-	if p.slab.nodes[i].meta.queue != s3Ghost {
+	if p.slab.nodes.at(i).meta.queue != s3Ghost {
 		return false, false
 	}
 	p.detach(i)
@@ -481,13 +481,13 @@ func (p *S3FIFO[K]) Len() int {
 // attach appends detached node i to list q and counts its size there.
 func (p *S3FIFO[K]) attach(q uint8, i int32) {
 	p.slab.pushBack(int32(q), i)
-	p.bytes[q] += p.slab.nodes[i].meta.size
+	p.bytes[q] += p.slab.nodes.at(i).meta.size
 	p.count[q]++
 }
 
 // detach unlinks node i from the list it is on and uncounts its size.
 func (p *S3FIFO[K]) detach(i int32) {
-	m := &p.slab.nodes[i].meta
+	m := &p.slab.nodes.at(i).meta
 	p.slab.unlink(i)
 	p.bytes[m.queue] -= m.size
 	p.count[m.queue]--
@@ -495,7 +495,7 @@ func (p *S3FIFO[K]) detach(i int32) {
 
 // forget deletes detached node i from the index and frees it.
 func (p *S3FIFO[K]) forget(i int32) {
-	p.keys.delete(p.slab.nodes[i].key, i)
+	p.keys.delete(p.slab.nodes.at(i).key, i)
 	p.slab.release(i)
 }
 

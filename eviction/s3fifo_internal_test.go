@@ -68,8 +68,8 @@ func checkS3FIFOAccounting(t *testing.T, p *S3FIFO[int]) {
 		for q := range uint8(s3Lists) {
 			var bytes int64
 			count := 0
-			for i := p.slab.front(int32(q)); i != int32(q); i = p.slab.nodes[i].next {
-				m := p.slab.nodes[i].meta
+			for i := p.slab.front(int32(q)); i != int32(q); i = p.slab.nodes.at(i).next {
+				m := p.slab.nodes.at(i).meta
 				if m.queue != q || m.pinned {
 					t.Fatalf("step %d: node on list %d says queue %d pinned %v", step, q, m.queue, m.pinned)
 				}
@@ -93,7 +93,7 @@ func checkS3FIFOAccounting(t *testing.T, p *S3FIFO[int]) {
 				continue
 			}
 			indexed++
-			if n := p.slab.nodes[i]; n.key != k {
+			if n := (*p.slab.nodes.at(i)); n.key != k {
 				t.Fatalf("step %d: the index sends key %d to node %d, which holds key %d", step, k, i, n.key)
 			} else if n.meta.pinned {
 				pinned++

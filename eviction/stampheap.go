@@ -14,36 +14,31 @@ func (a stampItem) before(b stampItem) bool {
 // stampHeap is a binary min-heap of slab nodes keyed by (at, seq), that can
 // also remove any node it holds in O(log n). FIFO keys it by insertion order
 // only (at 0); PrioritizedLRU keys it by expiry time. pos maps a node index
-// to its place in items plus one (0: not in the heap) and grows with the
-// slab, so after warm-up the heap allocates nothing.
+// to its place in items plus one (0: not in the heap). Both are chunked
+// (see chunks): after warm-up the heap allocates nothing, and growing never
+// copies what it holds.
 type stampHeap struct {
-	items []stampItem
-	pos   []int32
+	items chunks[stampItem]
+	pos   sparse[int32]
 	// tx journals pushes and removals while a transaction runs.
 	tx heapJournal
 }
 
-func (h *stampHeap) len() int { return len(h.items) }
+func (h *stampHeap) len() int { return int(h.items.len()) }
 
 // has reports whether node is in the heap.
-func (h *stampHeap) has(node int32) bool {
-	return int(node) < len(h.pos) && h.pos[node] != 0
-}
+func (h *stampHeap) has(node int32) bool { return h.pos.get(uint64(node)) != 0 }
 
 // min returns the least item; the heap must not be empty.
-func (h *stampHeap) min() stampItem { return h.items[0] }
+func (h *stampHeap) min() stampItem { return *h.items.at(0) }
 
 // push adds node, which must not be in the heap.
 func (h *stampHeap) push(node int32, at int64, seq uint64) {
 	if h.tx.on {
 		h.tx.ops = append(h.tx.ops, heapOp{pushed: true, item: stampItem{at: at, seq: seq, node: node}})
 	}
-	for int(node) >= len(h.pos) {
-		h.pos = append(h.pos, 0)
-	}
-	h.items = append(h.items, stampItem{at: at, seq: seq, node: node})
-	i := len(h.items) - 1
-	h.pos[node] = int32(i + 1)
+	i := int(h.items.push(stampItem{at: at, seq: seq, node: node}))
+	*h.pos.ref(uint64(node)) = int32(i + 1)
 	h.up(i)
 }
 
@@ -52,17 +47,18 @@ func (h *stampHeap) remove(node int32) {
 	if !h.has(node) {
 		return
 	}
-	i := int(h.pos[node] - 1)
+	i := int(h.pos.get(uint64(node)) - 1)
 	if h.tx.on {
-		h.tx.ops = append(h.tx.ops, heapOp{item: h.items[i]})
+		h.tx.ops = append(h.tx.ops, heapOp{item: *h.items.at(int32(i))})
 	}
-	h.pos[node] = 0
-	last := len(h.items) - 1
+	*h.pos.ref(uint64(node)) = 0
+	last := h.len() - 1
 	if i != last {
-		h.items[i] = h.items[last]
-		h.pos[h.items[i].node] = int32(i + 1)
+		it := *h.items.at(int32(last))
+		*h.items.at(int32(i)) = it
+		*h.pos.ref(uint64(it.node)) = int32(i + 1)
 	}
-	h.items = h.items[:last]
+	h.items.truncate(int32(last))
 	if i != last {
 		h.down(i)
 		h.up(i)
@@ -70,15 +66,19 @@ func (h *stampHeap) remove(node int32) {
 }
 
 func (h *stampHeap) swap(i, j int) {
-	h.items[i], h.items[j] = h.items[j], h.items[i]
-	h.pos[h.items[i].node] = int32(i + 1)
-	h.pos[h.items[j].node] = int32(j + 1)
+	a, b := h.items.at(int32(i)), h.items.at(int32(j))
+	*a, *b = *b, *a
+	*h.pos.ref(uint64(a.node)) = int32(i + 1)
+	*h.pos.ref(uint64(b.node)) = int32(j + 1)
 }
+
+// less reports whether item i orders before item j.
+func (h *stampHeap) less(i, j int) bool { return h.items.at(int32(i)).before(*h.items.at(int32(j))) }
 
 func (h *stampHeap) up(i int) {
 	for i > 0 {
 		parent := (i - 1) / 2
-		if !h.items[i].before(h.items[parent]) {
+		if !h.less(i, parent) {
 			return
 		}
 		h.swap(i, parent)
@@ -87,13 +87,13 @@ func (h *stampHeap) up(i int) {
 }
 
 func (h *stampHeap) down(i int) {
-	n := len(h.items)
+	n := h.len()
 	for {
 		least := i
-		if l := 2*i + 1; l < n && h.items[l].before(h.items[least]) {
+		if l := 2*i + 1; l < n && h.less(l, least) {
 			least = l
 		}
-		if r := 2*i + 2; r < n && h.items[r].before(h.items[least]) {
+		if r := 2*i + 2; r < n && h.less(r, least) {
 			least = r
 		}
 		if least == i {

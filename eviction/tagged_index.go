@@ -16,8 +16,9 @@ import "fmt"
 // an overflow map, so the index is correct for any keys; it is fast when
 // the overflow stays small.
 //
-// Memory: 12 bytes per slot up to the largest low value stored (the
-// slots grow on demand, doubling), plus the overflow map. An Insert of a
+// Memory: 16 bytes per slot, in chunks of 4096 slots allocated when a key
+// is first stored in one (growing never copies the slots held), plus the
+// overflow map. An Insert of a
 // negative key, or of a key whose low value is above [MaxDenseKey], returns
 // an error wrapping [ErrKeyOutOfRange] and leaves the policy unchanged.
 //
@@ -26,10 +27,8 @@ import "fmt"
 // safe for concurrent use (nor is the policy that holds it).
 type TaggedIndex[K DenseKey] struct {
 	mask uint64
-	// keys[s] is the key bound to slot s when nodes[s] is not 0; nodes[s]
-	// is its node plus 1.
-	keys  []K
-	nodes []int32
+	// slots[s] is the key bound to slot s and its node plus 1 (0: none).
+	slots sparse[taggedSlot[K]]
 	// over holds the keys whose slot is bound to another key; nil until
 	// one is.
 	over    map[K]int32
@@ -38,6 +37,13 @@ type TaggedIndex[K DenseKey] struct {
 }
 
 var _ Index[int] = (*TaggedIndex[int])(nil)
+
+// taggedSlot is one slot of a TaggedIndex: the key bound to it and the
+// key's node plus 1, 0 when the slot is free.
+type taggedSlot[K DenseKey] struct {
+	key  K
+	node int32
+}
 
 // NewTaggedIndex returns an empty index whose slot is the key's lowBits
 // low bits (1 to 63). It allocates nothing yet. It returns an error
@@ -58,11 +64,8 @@ func (x *TaggedIndex[K]) Len() int { return x.n }
 func (x *TaggedIndex[K]) Overflow() int { return len(x.over) }
 
 func (x *TaggedIndex[K]) lookup(k K) (int32, bool) {
-	s := uint64(k) & x.mask
-	if s < uint64(len(x.nodes)) {
-		if n := x.nodes[s]; n != 0 && x.keys[s] == k {
-			return n - 1, true
-		}
+	if sl := x.slots.get(uint64(k) & x.mask); sl.node != 0 && sl.key == k {
+		return sl.node - 1, true
 	}
 	if x.over == nil {
 		return 0, false
@@ -76,17 +79,12 @@ func (x *TaggedIndex[K]) store(k K, i int32) error {
 		return fmt.Errorf("%w: key %d is negative", ErrKeyOutOfRange, k)
 	}
 	s := uint64(k) & x.mask
-	if s >= uint64(len(x.nodes)) {
-		if s > MaxDenseKey {
-			return fmt.Errorf("%w: key %d has slot %d, above %d", ErrKeyOutOfRange, k, s, MaxDenseKey)
-		}
-		n := min(max(s+1, 2*uint64(len(x.nodes)), minDenseSlots), MaxDenseKey+1)
-		x.keys = append(x.keys, make([]K, n-uint64(len(x.keys)))...)
-		x.nodes = append(x.nodes, make([]int32, n-uint64(len(x.nodes)))...)
+	if s > MaxDenseKey {
+		return fmt.Errorf("%w: key %d has slot %d, above %d", ErrKeyOutOfRange, k, s, MaxDenseKey)
 	}
 	x.n++
-	if x.nodes[s] == 0 {
-		x.keys[s], x.nodes[s] = k, i+1
+	if sl := x.slots.ref(s); sl.node == 0 {
+		sl.key, sl.node = k, i+1
 		return nil
 	}
 	if x.over == nil {
@@ -97,11 +95,8 @@ func (x *TaggedIndex[K]) store(k K, i int32) error {
 }
 
 func (x *TaggedIndex[K]) delete(k K) {
-	s := uint64(k) & x.mask
-	if s < uint64(len(x.nodes)) && x.nodes[s] != 0 && x.keys[s] == k {
-		x.nodes[s] = 0
-		var zero K
-		x.keys[s] = zero
+	if sl := x.slots.get(uint64(k) & x.mask); sl.node != 0 && sl.key == k {
+		*x.slots.ref(uint64(k) & x.mask) = taggedSlot[K]{}
 		x.n--
 		return
 	}

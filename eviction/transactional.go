@@ -98,17 +98,17 @@ func (s *linkedSlab[K, M]) record(i, what int32) {
 // recordRelease journals the release of node i, while a transaction runs.
 func (s *linkedSlab[K, M]) recordRelease(i int32) {
 	s.tx.ops = append(s.tx.ops, slabUndo{i: i, what: undoRelease})
-	s.tx.keys = append(s.tx.keys, s.nodes[i].key)
-	s.tx.metas = append(s.tx.metas, s.nodes[i].meta)
+	s.tx.keys = append(s.tx.keys, s.nodes.at(i).key)
+	s.tx.metas = append(s.tx.metas, s.nodes.at(i).meta)
 }
 
 // meta returns node i's meta for writing, having journaled its value.
 func (s *linkedSlab[K, M]) meta(i int32) *M {
 	if s.tx.on {
 		s.tx.ops = append(s.tx.ops, slabUndo{i: i, what: undoMeta})
-		s.tx.metas = append(s.tx.metas, s.nodes[i].meta)
+		s.tx.metas = append(s.tx.metas, s.nodes.at(i).meta)
 	}
-	return &s.nodes[i].meta
+	return &s.nodes.at(i).meta
 }
 
 func (s *linkedSlab[K, M]) begin() { s.tx.on = true }
@@ -129,18 +129,17 @@ func (s *linkedSlab[K, M]) rollback() {
 	keys, metas := len(s.tx.keys), len(s.tx.metas)
 	for j := len(s.tx.ops) - 1; j >= 0; j-- {
 		u := s.tx.ops[j]
-		n := &s.nodes[u.i]
+		n := s.nodes.at(u.i)
 		switch u.what {
 		case undoPushBack:
-			s.nodes[n.prev].next = n.next
-			s.nodes[n.next].prev = n.prev
+			s.nodes.at(n.prev).next = n.next
+			s.nodes.at(n.next).prev = n.prev
 			n.prev, n.next = noLink, noLink
 		case undoAlloc:
 			n.key, n.meta, n.prev, n.next = zk, zm, noLink, s.free
 			s.free = u.i
 		case undoAppend:
-			*n = linkedNode[K, M]{}
-			s.nodes = s.nodes[:u.i]
+			s.nodes.truncate(u.i)
 		case undoRelease:
 			keys--
 			metas--
@@ -151,10 +150,10 @@ func (s *linkedSlab[K, M]) rollback() {
 			n.meta = s.tx.metas[metas]
 		default:
 			prev := u.what
-			next := s.nodes[prev].next
+			next := s.nodes.at(prev).next
 			n.prev, n.next = prev, next
-			s.nodes[prev].next = u.i
-			s.nodes[next].prev = u.i
+			s.nodes.at(prev).next = u.i
+			s.nodes.at(next).prev = u.i
 		}
 	}
 	s.commit()
@@ -276,6 +275,75 @@ func (j *sliceJournal[T]) rollback(s []T) []T {
 	return s
 }
 
+// sparseJournal records the writes to a sparse array's elements: each
+// index written with its value before, restored newest first. (Chunks a
+// rolled-back write allocated stay, holding zeros, as if never written.)
+type sparseJournal[T any] struct {
+	on    bool
+	saved []savedSparse[T]
+}
+
+type savedSparse[T any] struct {
+	i uint64
+	v T
+}
+
+func (j *sparseJournal[T]) begin() { j.on = true }
+
+// save records that element i held v before a write, while a transaction
+// runs.
+func (j *sparseJournal[T]) save(i uint64, v T) {
+	if j.on {
+		j.saved = append(j.saved, savedSparse[T]{i: i, v: v})
+	}
+}
+
+func (j *sparseJournal[T]) commit() {
+	j.on = false
+	clear(j.saved)
+	j.saved = j.saved[:0]
+}
+
+// rollback restores a's elements as they were at Begin.
+func (j *sparseJournal[T]) rollback(a *sparse[T]) {
+	for k := len(j.saved) - 1; k >= 0; k-- {
+		*a.ref(j.saved[k].i) = j.saved[k].v
+	}
+	j.commit()
+}
+
+// chunkJournal records the writes to a chunks' elements and its length at
+// Begin, for the arrays a policy keeps beside its slab.
+type chunkJournal[T any] struct {
+	on    bool
+	n     int32
+	saved []savedElem[T]
+}
+
+func (j *chunkJournal[T]) begin(a *chunks[T]) { j.on, j.n = true, a.len() }
+
+// save records element i of a before a write, while a transaction runs.
+func (j *chunkJournal[T]) save(a *chunks[T], i int32) {
+	if j.on && i < j.n {
+		j.saved = append(j.saved, savedElem[T]{i: int(i), v: *a.at(i)})
+	}
+}
+
+func (j *chunkJournal[T]) commit() {
+	j.on = false
+	clear(j.saved)
+	j.saved = j.saved[:0]
+}
+
+// rollback restores a's elements and its length at Begin.
+func (j *chunkJournal[T]) rollback(a *chunks[T]) {
+	for k := len(j.saved) - 1; k >= 0; k-- {
+		*a.at(int32(j.saved[k].i)) = j.saved[k].v
+	}
+	a.truncate(j.n)
+	j.commit()
+}
+
 // Begin starts recording (see [Transactional]).
 func (p *LRU[K]) Begin() {
 	p.Commit()
@@ -331,7 +399,7 @@ func (p *PrioritizedLRU[K]) Begin() {
 	p.slab.begin()
 	p.keys.begin()
 	p.expiring.begin()
-	p.txDurations.begin(p.durations)
+	p.txDurations.begin()
 	p.tx = prioritizedScalars{nonEmpty: p.nonEmpty, timers: p.timers}
 }
 
@@ -355,7 +423,7 @@ func (p *PrioritizedLRU[K]) Rollback() {
 	p.slab.rollback()
 	p.keys.rollback()
 	p.expiring.rollback()
-	p.durations = p.txDurations.rollback(p.durations)
+	p.txDurations.rollback(&p.durations)
 	p.nonEmpty, p.timers = p.tx.nonEmpty, p.tx.timers
 }
 

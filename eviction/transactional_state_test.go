@@ -87,7 +87,9 @@ type slabState[M any] struct {
 }
 
 func slabStateOf[M any](s *linkedSlab[int, M], x *keyIndex[int]) slabState[M] {
-	st := slabState[M]{nodes: cloneSlice(s.nodes), free: s.free, index: maps.Clone(x.m), len: x.len()}
+	var nodes []linkedNode[int, M]
+	s.nodes.each(func(_ int32, n *linkedNode[int, M]) { nodes = append(nodes, *n) })
+	st := slabState[M]{nodes: nodes, free: s.free, index: maps.Clone(x.m), len: x.len()}
 	if x.other != nil {
 		st.index = map[int]int32{}
 		for k, v := range x.other.(*DenseIndex[int]).slots {
@@ -103,20 +105,16 @@ func slabStateOf[M any](s *linkedSlab[int, M], x *keyIndex[int]) slabState[M] {
 // returns its items in the order they would pop.
 func heapStateOf(t *testing.T, h *stampHeap) []stampItem {
 	t.Helper()
-	in := 0
-	for _, p := range h.pos {
-		if p != 0 {
-			in++
-		}
-	}
-	require.Equal(t, len(h.items), in, "heap positions")
-	for i, it := range h.items {
-		require.Equal(t, int32(i+1), h.pos[it.node], "heap position of node %d", it.node)
+	in := len(sparseNonZero(&h.pos))
+	require.Equal(t, h.len(), in, "heap positions")
+	var items []stampItem
+	h.items.each(func(i int32, it *stampItem) {
+		require.Equal(t, i+1, h.pos.get(uint64(it.node)), "heap position of node %d", it.node)
 		if i > 0 {
-			require.False(t, it.before(h.items[(i-1)/2]), "heap order at %d", i)
+			require.False(t, it.before(*h.items.at((i - 1) / 2)), "heap order at %d", i)
 		}
-	}
-	items := cloneSlice(h.items)
+		items = append(items, *it)
+	})
 	slices.SortFunc(items, func(a, b stampItem) int {
 		switch {
 		case a.before(b):
@@ -139,7 +137,7 @@ func stateOf(t *testing.T, p txPolicy) any {
 		return []any{slabStateOf(&p.slab, &p.keys), heapStateOf(t, &p.reclaimed), p.nextSeq}
 	case *PrioritizedLRU[int]:
 		return []any{slabStateOf(&p.slab, &p.keys), heapStateOf(t, &p.expiring), p.nonEmpty, p.timers,
-			cloneSlice(p.durations)}
+			sparseNonZero(&p.durations)}
 	case *S3FIFO[int]:
 		return []any{slabStateOf(&p.slab, &p.keys), p.bytes, p.count, p.tracked, p.hasEvicted, p.claimed,
 			p.absent, p.absentValid}
@@ -305,7 +303,7 @@ func TestRollbackOfS3FIFOsEvictExactly(t *testing.T) {
 		if !ok {
 			return 255
 		}
-		return p.slab.nodes[i].meta.queue
+		return p.slab.nodes.at(i).meta.queue
 	}
 	require.Equal(t, []uint8{s3Main, s3Ghost, s3Ghost, s3Small, s3Small}, []uint8{where(0), where(1), where(2), where(3), where(4)})
 	before := stateOf(t, p)
@@ -318,7 +316,7 @@ func TestRollbackOfS3FIFOsEvictExactly(t *testing.T) {
 		p.Pin(k) // small is empty now, so the next Evict runs main's CLOCK
 	}
 	require.Equal(t, 3, drainOne(p), "0 spends its hit and moves back; 3 goes")
-	require.Equal(t, uint8(0), p.slab.nodes[mustLookup(t, p, 0)].meta.freq)
+	require.Equal(t, uint8(0), p.slab.nodes.at(mustLookup(t, p, 0)).meta.freq)
 	require.NoError(t, p.Insert(2, NewEntry(1))) // a ghost hit: straight to main
 	require.Equal(t, uint8(s3Main), where(2))
 	require.NoError(t, p.Insert(42, NewEntry(1)))
@@ -352,7 +350,7 @@ func TestRollbackOfAnS3FIFOClaim(t *testing.T) {
 	require.Equal(t, before, stateOf(t, p))
 	require.NoError(t, p.Insert(1, NewEntry(1)))
 	i := mustLookup(t, p, 1)
-	require.Equal(t, s3Main, p.slab.nodes[i].meta.queue, "the claim sent 1 to main")
+	require.Equal(t, s3Main, p.slab.nodes.at(i).meta.queue, "the claim sent 1 to main")
 }
 
 // TestRollbackOfAReclaimedFIFOKey: a parked key unpinned before Begin
@@ -462,3 +460,16 @@ func TestRecordingAllocatesNothingWhenCommitted(t *testing.T) {
 // cloneSlice copies s into a new slice, empty rather than nil when s is
 // empty, so that a nil and an empty slice compare equal.
 func cloneSlice[T any](s []T) []T { return append([]T{}, s...) }
+
+// sparseNonZero returns the elements of a that are not zero, by index.
+func sparseNonZero[T comparable](a *sparse[T]) map[uint64]T {
+	out := map[uint64]T{}
+	var zero T
+	a.s.All(func(i uint64, v T) bool {
+		if v != zero {
+			out[i] = v
+		}
+		return true
+	})
+	return out
+}

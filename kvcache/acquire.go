@@ -35,7 +35,7 @@ import (
 // not readable until Readiness says so (Plan.Loading counts them).
 //
 // Acquire returns an error wrapping ErrInvalidRequest for bad priorities,
-// extra keys or MaxLoadTokens, ErrNoSpace when the GPU cannot supply the slots (everything
+// extra keys, MaxTokens or MaxLoadTokens, ErrNoSpace when the GPU cannot supply the slots (everything
 // else pinned) and ErrCopyFailed when the Mover failed; the cache is then
 // unchanged. A policy that broke its contract makes it fail with ErrPolicy.
 func (c *Cache) Acquire(req Request) (_ Plan, err error) {
@@ -44,6 +44,9 @@ func (c *Cache) Acquire(req Request) (_ Plan, err error) {
 	}
 	if req.MaxLoadTokens < 0 {
 		return Plan{}, fmt.Errorf("%w: MaxLoadTokens %d is negative", ErrInvalidRequest, req.MaxLoadTokens)
+	}
+	if req.MaxTokens < 0 {
+		return Plan{}, fmt.Errorf("%w: MaxTokens %d is negative", ErrInvalidRequest, req.MaxTokens)
 	}
 	if err := c.lock("Acquire"); err != nil {
 		return Plan{}, err
@@ -69,6 +72,9 @@ func (c *Cache) Acquire(req Request) (_ Plan, err error) {
 		s.prio = &p
 	}
 	s.promptBlocks = c.geom.numBlocks(len(req.Tokens))
+	if req.MaxTokens > len(req.Tokens) {
+		s.tables.reserve(c.geom.slices, c.geom.numBlocks(req.MaxTokens))
+	}
 	c.begin(nil)
 	c.tx.owner = s
 	if req.Sparse {
@@ -80,18 +86,19 @@ func (c *Cache) Acquire(req Request) (_ Plan, err error) {
 func (c *Cache) acquireSparse(s *sequence, tokens []uint32, nodes []*radix.Node[int32]) Plan {
 	k := c.wholePrefix(nodes)
 	writing := c.beingWritten(c.matchState(s.keys, nodes[:k]), tokens, s.extra, k)
-	s.tokens = slices.Clone(tokens[:k*c.geom.blockTokens])
+	s.tokens = newTokenList(c.geom.blockTokens)
+	s.tokens.append(tokens[:k*c.geom.blockTokens]...)
 	s.blocks = make([]int32, k)
 	for i, n := range nodes[:k] {
 		s.blocks[i] = n.Value
 		c.ref(n.Value, true)
 	}
-	s.writeFrom = len(s.tokens)
+	s.writeFrom = s.tokens.len()
 	s.firstPrivate = k
 	s.pinLo = c.wantLo(nil, true, s.writeFrom)
 	c.register(s)
 	c.syncTables(s)
-	return Plan{Seq: s.id, Tokens: len(s.tokens), Pending: len(tokens) - len(s.tokens), ReusedTokens: len(s.tokens),
+	return Plan{Seq: s.id, Tokens: s.tokens.len(), Pending: len(tokens) - s.tokens.len(), ReusedTokens: s.tokens.len(),
 		BeingWrittenTokens: writing}
 }
 
@@ -129,7 +136,8 @@ func (c *Cache) acquireDense(s *sequence, tokens []uint32, nodes []*radix.Node[i
 	if err := c.execute(); err != nil {
 		return Plan{}, err
 	}
-	s.tokens = slices.Clone(tokens)
+	s.tokens = newTokenList(c.geom.blockTokens)
+	s.tokens.append(tokens...)
 	c.register(s)
 	plan := Plan{Seq: s.id, Tokens: len(tokens), BeingWrittenTokens: writing}
 	c.fillPlan(&plan, s)

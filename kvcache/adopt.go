@@ -126,7 +126,7 @@ func (c *Cache) Adopt(req Request, blocks int, t Tier) (_ int, err error) {
 			return 0, c.abort(c.poison(c.tiers.arena(t, c.poolOf(pu.u)), "prefix tree refused adopted block %d: %v", pu.index, err))
 		}
 		n.Value = pu.b
-		c.units.blocks[pu.b].node = n
+		c.units.blk(pu.b).node = n
 		c.st.stored++
 		c.emitBlock(BlockStored, pu.b, t)
 		parent = n
@@ -189,7 +189,7 @@ func (c *Cache) planAdoption(nodes []*radix.Node[int32], blocks int, t Tier) ado
 				plan.blocks++
 				continue
 			}
-			r := &c.units.blocks[b]
+			r := c.units.blk(b)
 			if r.refs > 0 || r.pending > 0 {
 				break
 			}
@@ -211,7 +211,7 @@ func (c *Cache) planAdoption(nodes []*radix.Node[int32], blocks int, t Tier) ado
 				fits = false
 			}
 		}
-		if !fits || (i < len(nodes) && len(plan.units)-start+int(c.units.blocks[nodes[i].Value].held) != g.slices) {
+		if !fits || (i < len(nodes) && len(plan.units)-start+int(c.units.blk(nodes[i].Value).held) != g.slices) {
 			plan.units = plan.units[:start]
 			break
 		}

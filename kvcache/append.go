@@ -30,15 +30,15 @@ func (c *Cache) Append(id SeqID, tokens ...uint32) (_ Plan, err error) {
 		return Plan{}, err
 	}
 	if len(tokens) == 0 {
-		return Plan{Seq: id, Tokens: len(s.tokens)}, nil
+		return Plan{Seq: id, Tokens: s.tokens.len()}, nil
 	}
 	// The forward pass that produced these tokens wrote the KV of every
 	// token before them: that much is committed whatever happens next.
-	committed := c.commitThrough(s, len(s.tokens))
+	committed := c.commitThrough(s, s.tokens.len())
 	if c.poisoned != nil {
 		return Plan{}, c.poisoned // a merge met a policy that broke its contract
 	}
-	n := len(s.tokens)
+	n := s.tokens.len()
 	n2 := n + len(tokens)
 	nb, nb2 := len(s.blocks), c.geom.numBlocks(n2)
 	lo := c.wantLo(c.scratch.lo, s.sparse, n)
@@ -47,7 +47,7 @@ func (c *Cache) Append(id SeqID, tokens ...uint32) (_ Plan, err error) {
 		// The tokens fit in the sequence's partial block and no window
 		// moves past a block: nothing to pin or unpin, as for most
 		// decode steps.
-		s.tokens = append(s.tokens, tokens...)
+		s.tokens.append(tokens...)
 		s.writeFrom = n
 		s.compute = append(s.compute[:0], TokenRange{Start: n, End: n2})
 		c.indexWriting(s, n/c.geom.blockTokens)
@@ -73,7 +73,7 @@ func (c *Cache) Append(id SeqID, tokens ...uint32) (_ Plan, err error) {
 		return Plan{}, err
 	}
 	s.stepPins = s.stepPins[:0]
-	s.tokens = append(s.tokens, tokens...)
+	s.tokens.append(tokens...)
 	s.blocks = blocks
 	s.pinLo = append(s.pinLo[:0], lo...)
 	s.writeFrom = n

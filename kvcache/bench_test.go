@@ -18,7 +18,7 @@ func BenchmarkSlotAllocFree(b *testing.B) {
 	}
 }
 
-func seedPaged(b *testing.B, blockTokens int) *layout.Layout {
+func seedPaged(b testing.TB, blockTokens int) *layout.Layout {
 	l, err := layout.New(layout.SeedModel(), layout.PagedLayer, blockTokens)
 	if err != nil {
 		b.Fatal(err)

@@ -26,7 +26,7 @@ func (c *Cache) entryOf(u UnitID) eviction.Entry {
 
 // gainBytes counts a unit of block b that got bytes back.
 func (c *Cache) gainBytes(b int32) {
-	r := &c.units.blocks[b]
+	r := c.units.blk(b)
 	r.held++
 	if r.held == 1 {
 		c.meta.unmarkHollow(&c.units, b)
@@ -34,7 +34,7 @@ func (c *Cache) gainBytes(b int32) {
 }
 
 // whole reports whether every unit of block b holds bytes.
-func (c *Cache) whole(b int32) bool { return c.units.blocks[b].held == int32(c.geom.slices) }
+func (c *Cache) whole(b int32) bool { return c.units.blk(b).held == int32(c.geom.slices) }
 
 // wholePrefix returns how many of nodes, from the first, are whole.
 func (c *Cache) wholePrefix(nodes []*radix.Node[int32]) int {
@@ -94,10 +94,10 @@ func (c *Cache) lacksBytes(b int32, pools []bool) bool {
 // it is released with the copy (discardPrivate) or becomes the sequence's
 // reference to twin when the copy merges.
 func (c *Cache) recomputeCopy(twin int32, sparse bool) int32 {
-	t := &c.units.blocks[twin]
+	t := c.units.blk(twin)
 	index, chunks, prio, dur, hash := int(t.index), int(t.chunks), int(t.prio), t.prioDur, t.node.Hash()
 	b := c.newBlock(index, chunks, prio, dur)
-	r := &c.units.blocks[b]
+	r := c.units.blk(b)
 	r.twin = twin
 	r.hash = hash
 	c.ref(b, sparse)
@@ -108,7 +108,7 @@ func (c *Cache) recomputeCopy(twin int32, sparse bool) int32 {
 // and collects the block when it was the last and the block is private or
 // holds nothing.
 func (c *Cache) unref(b int32, sparse bool) {
-	r := &c.units.blocks[b]
+	r := c.units.blk(b)
 	r.refs--
 	if sparse {
 		r.sparseRefs--
@@ -128,7 +128,7 @@ func (c *Cache) unref(b int32, sparse bool) {
 // addRefNow adds a reference to block b outside a transaction: the commit
 // that adopts a cached block, which stays whatever follows.
 func (c *Cache) addRefNow(b int32, sparse bool) {
-	r := &c.units.blocks[b]
+	r := c.units.blk(b)
 	if r.refs == 0 {
 		c.meta.unmarkHollow(&c.units, b)
 	}

@@ -23,8 +23,8 @@ func (c *Cache) Clear() (err error) {
 	if c.xfer.inFlight > 0 {
 		return fmt.Errorf("%w: %d transfers in flight; Poll once the engine has finished them", ErrBusy, c.xfer.inFlight)
 	}
-	for b := range c.units.blocks {
-		if !c.units.blocks[b].live {
+	for b := range c.units.records() {
+		if !c.units.blk(b).live {
 			continue
 		}
 		for sl := range c.geom.slices {

@@ -48,8 +48,8 @@ func (c *Cache) Commit(id SeqID, upTo int) (err error) {
 	if err != nil {
 		return err
 	}
-	if upTo < 0 || upTo > len(s.tokens) {
-		return fmt.Errorf("%w: commit %d tokens of a sequence of %d", ErrOutOfRange, upTo, len(s.tokens))
+	if upTo < 0 || upTo > s.tokens.len() {
+		return fmt.Errorf("%w: commit %d tokens of a sequence of %d", ErrOutOfRange, upTo, s.tokens.len())
 	}
 	c.commitThrough(s, upTo)
 	return nil
@@ -94,12 +94,12 @@ func (c *Cache) commitBlocks(s *sequence, upTo int) (committed bool) {
 	s.restored = s.restored[:0]
 	for i := s.firstPrivate; i < full; i++ {
 		b := s.blocks[i]
-		if c.units.blocks[b].node != nil {
+		if c.units.blk(b).node != nil {
 			continue
 		}
 		var parent *radix.Node[int32]
 		if i > 0 {
-			parent = c.units.blocks[s.blocks[i-1]].node
+			parent = c.units.blk(s.blocks[i-1]).node
 		}
 		if c.engine != nil && !c.settled(s, i, parent) {
 			// A unit of the block, or of the equal block cached
@@ -126,7 +126,7 @@ func (c *Cache) settled(s *sequence, i int, parent *radix.Node[int32]) bool {
 		return false
 	}
 	B := c.geom.blockTokens
-	n, err := c.tree.Child(parent, s.keys, s.tokens[i*B:(i+1)*B], s.extra)
+	n, err := c.tree.Child(parent, s.keys, s.tokens.span(i*B, (i+1)*B), s.extra)
 	return err != nil || n == nil || !c.unsettled(n.Value)
 }
 
@@ -154,7 +154,7 @@ func (c *Cache) rewritten(s *sequence, upTo int) {
 		switch {
 		case !ok || c.units.of(u).flags&unitUnwritten == 0:
 			// Not the sequence's any more, or rewritten by another.
-		case min((i+1)*B, len(s.tokens)) <= upTo:
+		case min((i+1)*B, s.tokens.len()) <= upTo:
 			c.clearUnwritten(u)
 			c.gainBytes(c.units.block(u))
 			c.emitMove(u, Dropped, GPU)
@@ -172,7 +172,7 @@ func (c *Cache) rewritten(s *sequence, upTo int) {
 // away (mergeBlock).
 func (c *Cache) commitBlock(s *sequence, i int, parent *radix.Node[int32]) {
 	B := c.geom.blockTokens
-	n, created, err := c.tree.InsertChild(parent, s.keys, s.tokens[i*B:(i+1)*B], s.extra)
+	n, created, err := c.tree.InsertChild(parent, s.keys, s.tokens.span(i*B, (i+1)*B), s.extra)
 	if err != nil {
 		// Unreachable: the parent is live (referenced by s), the keys
 		// are s's and the extra keys were validated by Acquire.
@@ -181,7 +181,7 @@ func (c *Cache) commitBlock(s *sequence, i int, parent *radix.Node[int32]) {
 	b := s.blocks[i]
 	if created {
 		n.Value = b
-		c.units.blocks[b].node = n
+		c.units.blk(b).node = n
 		c.st.stored++
 		c.emitBlock(BlockStored, b, GPU)
 		// A unit the block lost while it was private (a windowed
@@ -213,7 +213,7 @@ func (c *Cache) chainState(s *sequence, i int) radix.State {
 	if i == 0 {
 		return h.Start(s.keys)
 	}
-	r := &c.units.blocks[s.blocks[i-1]]
+	r := c.units.blk(s.blocks[i-1])
 	if r.node != nil {
 		return r.node.State()
 	}
@@ -224,7 +224,7 @@ func (c *Cache) chainState(s *sequence, i int) radix.State {
 // from block first to the last full one that are not recompute copies
 // (their twin is in the tree already).
 func (c *Cache) indexWriting(s *sequence, first int) {
-	full := len(s.tokens) / c.geom.blockTokens
+	full := s.tokens.len() / c.geom.blockTokens
 	if first >= full {
 		return
 	}
@@ -232,7 +232,7 @@ func (c *Cache) indexWriting(s *sequence, first int) {
 	B := c.geom.blockTokens
 	for i := first; i < full; i++ {
 		b := s.blocks[i]
-		r := &c.units.blocks[b]
+		r := c.units.blk(b)
 		if r.node != nil {
 			st = r.node.State()
 			continue
@@ -242,7 +242,7 @@ func (c *Cache) indexWriting(s *sequence, first int) {
 			continue
 		}
 		var one [1]uint64
-		hs, next, err := c.tree.Hasher().Append(one[:0], st, s.tokens[i*B:(i+1)*B], s.extra)
+		hs, next, err := c.tree.Hasher().Append(one[:0], st, s.tokens.span(i*B, (i+1)*B), s.extra)
 		if err != nil || len(hs) != 1 {
 			return // unreachable: the extra keys were validated by Acquire
 		}
@@ -255,7 +255,7 @@ func (c *Cache) indexWriting(s *sequence, first int) {
 // unindexWriting removes private block b from the index of blocks being
 // written, if it is there.
 func (c *Cache) unindexWriting(b int32) {
-	r := &c.units.blocks[b]
+	r := c.units.blk(b)
 	if !r.indexed {
 		return
 	}

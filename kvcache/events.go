@@ -145,7 +145,7 @@ func (c *Cache) emitBlock(kind EventKind, b int32, to Tier) {
 	if !c.events.enabled() {
 		return
 	}
-	n := c.units.blocks[b].node
+	n := c.units.blk(b).node
 	if n == nil {
 		return
 	}

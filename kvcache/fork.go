@@ -31,11 +31,11 @@ func (c *Cache) Fork(id SeqID) (_ Plan, err error) {
 	}
 	// Fork copies the partial block now: its KV, and everything before
 	// it, is written, and the child shares only committed blocks.
-	c.commitThrough(s, len(s.tokens))
+	c.commitThrough(s, s.tokens.len())
 	if c.poisoned != nil {
 		return Plan{}, c.poisoned // a merge met a policy that broke its contract
 	}
-	if full := len(s.tokens) / c.geom.blockTokens; s.firstPrivate < full {
+	if full := s.tokens.len() / c.geom.blockTokens; s.firstPrivate < full {
 		// The commit waits for a transfer (commitThrough): the child
 		// could share only committed blocks.
 		return Plan{}, fmt.Errorf("%w: sequence %d has block %d in flight; fork it once Readiness reports no pending transfer", ErrBusy, id, s.firstPrivate)
@@ -45,7 +45,7 @@ func (c *Cache) Fork(id SeqID) (_ Plan, err error) {
 	child := &sequence{
 		keys:         s.keys,
 		extra:        slices.Clone(s.extra),
-		tokens:       slices.Clone(s.tokens),
+		tokens:       s.tokens.clone(),
 		blocks:       slices.Clone(s.blocks),
 		sparse:       s.sparse,
 		prio:         s.prio,
@@ -57,7 +57,7 @@ func (c *Cache) Fork(id SeqID) (_ Plan, err error) {
 	c.tx.owner = child
 	nb := len(child.blocks)
 	cowDst, cowSrc := int32(-1), int32(-1)
-	full := len(s.tokens) / B
+	full := s.tokens.len() / B
 	for i := range full {
 		c.ref(child.blocks[i], child.sparse)
 	}
@@ -88,10 +88,10 @@ func (c *Cache) Fork(id SeqID) (_ Plan, err error) {
 		// The child reads the blocks the parent waits for.
 		c.wait(child, w)
 	}
-	plan := Plan{Seq: child.id, Tokens: len(child.tokens)}
+	plan := Plan{Seq: child.id, Tokens: child.tokens.len()}
 	c.fillPlan(&plan, child)
 	plan.Hits = 0 // shared units are not cache hits, just more pins
-	if compute, recomputed := c.computeRanges(child, len(child.tokens), nb); len(compute) > 0 {
+	if compute, recomputed := c.computeRanges(child, child.tokens.len(), nb); len(compute) > 0 {
 		plan.Compute, plan.RecomputeTokens = compute, recomputed
 	}
 	c.st.recomputed += int64(plan.RecomputeTokens)

@@ -17,7 +17,7 @@ func (c *Cache) collectPending() {
 // collect forgets block b if nothing needs it, then its ancestors.
 func (c *Cache) collect(b int32) {
 	for {
-		r := &c.units.blocks[b]
+		r := c.units.blk(b)
 		if !r.live || r.refs > 0 || r.held > 0 || r.pending > 0 {
 			// In use, or a transfer or a unit without bytes holds one
 			// of its slots (unpend comes back to it).
@@ -59,7 +59,7 @@ func (c *Cache) discardPrivate(b int32, sparse bool) {
 		}
 	}
 	c.unindexWriting(b)
-	r := &c.units.blocks[b]
+	r := c.units.blk(b)
 	twin := r.twin
 	r.twin = -1
 	if r.pending > 0 {

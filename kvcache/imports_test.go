@@ -7,8 +7,8 @@ import (
 )
 
 // TestCoreImports: the core packages import the standard library, each
-// other and xxhash only; client libraries (Redis, msgpack, ZMQ) stay in
-// packages outside it.
+// other, xxhash and the module's own internal/chunked only; client
+// libraries (Redis, msgpack, ZMQ) stay in packages outside it.
 func TestCoreImports(t *testing.T) {
 	core := []string{"kvcache", "radix", "eviction", "layout", "costmodel"}
 	args := []string{"list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}"}
@@ -19,7 +19,7 @@ func TestCoreImports(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
-	allowed := map[string]bool{"github.com/cespare/xxhash/v2": true}
+	allowed := map[string]bool{"github.com/cespare/xxhash/v2": true, "github.com/kvtier/kvtier/internal/chunked": true}
 	for _, p := range core {
 		allowed["github.com/kvtier/kvtier/"+p] = true
 	}

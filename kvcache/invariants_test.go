@@ -24,8 +24,8 @@ func (c *Cache) checkAccounting(policies bool) error {
 	sparseRefs := make(map[int32]int32)
 	writing := make(map[uint64]int32)
 	for id, s := range c.seqs {
-		if len(s.blocks) != c.geom.numBlocks(len(s.tokens)) {
-			return fmt.Errorf("seq %d: %d blocks for %d tokens", id, len(s.blocks), len(s.tokens))
+		if len(s.blocks) != c.geom.numBlocks(s.tokens.len()) {
+			return fmt.Errorf("seq %d: %d blocks for %d tokens", id, len(s.blocks), s.tokens.len())
 		}
 		if len(s.pinLo) != len(c.geom.pools) {
 			return fmt.Errorf("seq %d: %d pin starts, %d pools", id, len(s.pinLo), len(c.geom.pools))
@@ -35,7 +35,7 @@ func (c *Cache) checkAccounting(policies bool) error {
 			if s.sparse {
 				sparseRefs[b]++
 			}
-			r := &c.units.blocks[b]
+			r := c.units.blk(b)
 			if !r.live {
 				return fmt.Errorf("seq %d block %d: record %d not live", id, i, b)
 			}
@@ -43,7 +43,7 @@ func (c *Cache) checkAccounting(policies bool) error {
 			// private blocks (uncommitted, partial, recompute copies) are
 			// its alone, and every full block before firstPrivate is
 			// committed.
-			full := (i+1)*c.geom.blockTokens <= len(s.tokens)
+			full := (i+1)*c.geom.blockTokens <= s.tokens.len()
 			if !full && r.node != nil {
 				return fmt.Errorf("seq %d block %d: partial but in the tree", id, i)
 			}
@@ -67,7 +67,7 @@ func (c *Cache) checkAccounting(policies bool) error {
 					if s.sparse {
 						sparseRefs[r.twin]++
 					}
-					tw := &c.units.blocks[r.twin]
+					tw := c.units.blk(r.twin)
 					if !full || !tw.live || tw.node == nil || tw.node.Depth() != i+1 || r.hash != tw.node.Hash() {
 						return fmt.Errorf("seq %d block %d: recompute copy of a bad twin %d", id, i, r.twin)
 					}
@@ -122,11 +122,11 @@ func (c *Cache) checkAccounting(policies bool) error {
 	counts := make([][MaxTiers + 1]count, len(c.geom.pools)) // [pool][tier]
 	live := 0
 	backups := make([]int, len(c.geom.pools))
-	for b := range c.units.blocks {
-		r := &c.units.blocks[b]
+	for b := range c.units.records() {
+		r := c.units.blk(b)
 		if !r.live {
 			for sl := range c.geom.slices {
-				if st := c.units.state[c.units.ix(c.units.id(int32(b), sl))]; st != (unitState{tier: Dropped, slot: -1}) && st != (unitState{slot: -1}) {
+				if st := *c.units.of(c.units.id(b, sl)); st != (unitState{tier: Dropped, slot: -1}) && st != (unitState{slot: -1}) {
 					return fmt.Errorf("free block record %d slice %d has unit state %+v", b, sl, st)
 				}
 			}
@@ -223,8 +223,8 @@ func (c *Cache) checkAccounting(policies bool) error {
 		}
 	}
 	listed, last := 0, noBlock
-	for b, prev := c.meta.head, noBlock; b != noBlock; b = c.units.blocks[b].hollowNext {
-		if !c.units.blocks[b].hollow || c.units.blocks[b].hollowPrev != prev {
+	for b, prev := c.meta.head, noBlock; b != noBlock; b = c.units.blk(b).hollowNext {
+		if !c.units.blk(b).hollow || c.units.blk(b).hollowPrev != prev {
 			return fmt.Errorf("hollow list broken at block %d", b)
 		}
 		prev, last = b, b
@@ -265,21 +265,31 @@ func (c *Cache) checkAccounting(policies bool) error {
 			counts[c.poolOf(u)][l.tier].pinned++
 		}
 	}
-	if c.tree.Len() > c.meta.maxBlocks && c.meta.head != noBlock && c.subtreeSettled(c.units.blocks[c.meta.head].node) {
+	if c.tree.Len() > c.meta.maxBlocks && c.meta.head != noBlock && c.subtreeSettled(c.units.blk(c.meta.head).node) {
 		return fmt.Errorf("tree holds %d blocks, budget %d, with hollow blocks left", c.tree.Len(), c.meta.maxBlocks)
 	}
-	if live+len(c.units.free)+c.units.retired != len(c.units.blocks) {
-		return fmt.Errorf("%d live + %d free block records != %d", live, len(c.units.free), len(c.units.blocks))
+	free := 0
+	for b := c.units.free; b != noBlock; b = c.units.blk(b).hollowNext {
+		if c.units.blk(b).live || free > int(c.units.records()) {
+			return fmt.Errorf("free block record %d is live, or the free list has a cycle", b)
+		}
+		free++
+	}
+	if free != c.units.freeLen {
+		return fmt.Errorf("%d block records on the free list, %d counted", free, c.units.freeLen)
+	}
+	if live+free+c.units.retired != int(c.units.records()) {
+		return fmt.Errorf("%d live + %d free + %d retired block records != %d", live, free, c.units.retired, c.units.records())
 	}
 	treeNodes := 0
 	for n := range c.tree.All() {
 		treeNodes++
-		if !c.units.blocks[n.Value].live || c.units.blocks[n.Value].node != n {
+		if !c.units.blk(n.Value).live || c.units.blk(n.Value).node != n {
 			return fmt.Errorf("tree node %x: payload %d does not point back", n.Hash(), n.Value)
 		}
 	}
-	for b := range c.units.blocks {
-		if c.units.blocks[b].live && c.units.blocks[b].node != nil {
+	for b := range c.units.records() {
+		if c.units.blk(b).live && c.units.blk(b).node != nil {
 			treeNodes--
 		}
 	}

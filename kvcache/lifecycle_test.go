@@ -136,8 +136,8 @@ func TestRecomputeIsPrivateUntilCommitted(t *testing.T) {
 	require.Equal(t, []TokenRange{{8, 12}}, r.Compute)
 	c.mu.Lock()
 	last := c.seqs[r.Seq].blocks[2]
-	require.Nil(t, c.units.blocks[last].node, "the recompute is a private copy")
-	require.GreaterOrEqual(t, c.units.blocks[last].twin, int32(0))
+	require.Nil(t, c.units.blk(last).node, "the recompute is a private copy")
+	require.GreaterOrEqual(t, c.units.blk(last).twin, int32(0))
 	c.mu.Unlock()
 	other, err := c.Acquire(Request{Tokens: prompt})
 	require.ErrorIs(t, err, ErrNoSpace) // r pins 6 units; one is evictable

@@ -29,14 +29,14 @@ func (c *Cache) mergeBlock(s *sequence, i int, n *radix.Node[int32]) {
 		ga.remove(u, pins > 0)
 		c.units.place(u, Dropped, -1)
 		c.units.of(u).pins = 0
-		c.units.blocks[b].held--
+		c.units.blk(b).held--
 		if c.units.tierOf(x) == GPU {
 			ga.push(slot)
 			for range pins {
 				c.pinUnit(x)
 			}
 			if pins > 0 {
-				s.tables[sl][i] = c.units.slotOf(x)
+				s.tables.set(sl, i, c.units.slotOf(x))
 			}
 			continue
 		}
@@ -70,7 +70,7 @@ func (c *Cache) mergeBlock(s *sequence, i int, n *radix.Node[int32]) {
 			s.stepPins[j] = c.units.id(e, c.units.slice(u))
 		}
 	}
-	if c.units.blocks[b].twin != e {
+	if c.units.blk(b).twin != e {
 		// A recompute copy's sequence holds its twin already.
 		c.addRefNow(e, s.sparse)
 	}

@@ -66,7 +66,7 @@ const minMaxBlocks = 1024
 // markHollow puts block b, a tree node with no bytes and no references, at
 // the most recent end of the hollow list, unless it is there already.
 func (m *metadata) markHollow(t *unitTable, b int32) {
-	if t.blocks[b].hollow {
+	if t.blk(b).hollow {
 		return
 	}
 	m.relinkHollow(t, b, m.tail)
@@ -75,16 +75,16 @@ func (m *metadata) markHollow(t *unitTable, b int32) {
 // relinkHollow puts block b, which is not on the hollow list, after block
 // prev (noBlock: at the head).
 func (m *metadata) relinkHollow(t *unitTable, b, prev int32) {
-	r := &t.blocks[b]
+	r := t.blk(b)
 	next := m.head
 	if prev != noBlock {
-		next = t.blocks[prev].hollowNext
-		t.blocks[prev].hollowNext = b
+		next = t.blk(prev).hollowNext
+		t.blk(prev).hollowNext = b
 	} else {
 		m.head = b
 	}
 	if next != noBlock {
-		t.blocks[next].hollowPrev = b
+		t.blk(next).hollowPrev = b
 	} else {
 		m.tail = b
 	}
@@ -94,19 +94,19 @@ func (m *metadata) relinkHollow(t *unitTable, b, prev int32) {
 
 // unmarkHollow takes block b off the hollow list, if it is on it.
 func (m *metadata) unmarkHollow(t *unitTable, b int32) {
-	r := &t.blocks[b]
+	r := t.blk(b)
 	if !r.hollow {
 		return
 	}
 	if r.hollowPrev == noBlock {
 		m.head = r.hollowNext
 	} else {
-		t.blocks[r.hollowPrev].hollowNext = r.hollowNext
+		t.blk(r.hollowPrev).hollowNext = r.hollowNext
 	}
 	if r.hollowNext == noBlock {
 		m.tail = r.hollowPrev
 	} else {
-		t.blocks[r.hollowNext].hollowPrev = r.hollowPrev
+		t.blk(r.hollowNext).hollowPrev = r.hollowPrev
 	}
 	r.hollow, r.hollowPrev, r.hollowNext = false, noBlock, noBlock
 	m.count--
@@ -118,7 +118,7 @@ func (m *metadata) unmarkHollow(t *unitTable, b int32) {
 func (c *Cache) pruneMetadata() {
 	for c.tree.Len() > c.meta.maxBlocks && c.meta.head != noBlock {
 		b := c.meta.head
-		n := c.units.blocks[b].node
+		n := c.units.blk(b).node
 		if c.engine != nil && !c.subtreeSettled(n) {
 			// A transfer holds a slot of a block below (or a unit waits
 			// to be rewritten): the tree stays over budget until it is
@@ -161,7 +161,7 @@ func (c *Cache) subtreeSettled(n *radix.Node[int32]) bool {
 	for len(stack) > 0 {
 		d := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		if c.units.blocks[d.Value].pending > 0 {
+		if c.units.blk(d.Value).pending > 0 {
 			return false
 		}
 		for ch := range d.Children() {

@@ -686,8 +686,8 @@ func (h *harness) snapshot() snapshot {
 	s := snapshot{units: map[string]string{}, seqs: map[SeqID]string{}, stats: c.Stats(), events: len(h.events)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for b := range c.units.blocks {
-		r := &c.units.blocks[b]
+	for b := range c.units.records() {
+		r := c.units.blk(b)
 		if !r.live {
 			continue
 		}
@@ -714,8 +714,8 @@ func (h *harness) pinnedSlots() map[string]string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := map[string]string{}
-	for b := range c.units.blocks {
-		r := &c.units.blocks[b]
+	for b := range c.units.records() {
+		r := c.units.blk(b)
 		if !r.live || r.node == nil {
 			continue
 		}
@@ -845,7 +845,7 @@ func (h *harness) checkBytes() {
 	owner := map[int32]*sequence{}
 	for _, s := range c.seqs {
 		for _, b := range s.blocks {
-			if c.units.blocks[b].node == nil {
+			if c.units.blk(b).node == nil {
 				owner[b] = s
 			}
 		}
@@ -853,8 +853,8 @@ func (h *harness) checkBytes() {
 	// A tree block holds only committed, hence written, KV: every byte of
 	// every unit with bytes is checked. A private block is checked where
 	// its owner's server wrote it.
-	for b := range c.units.blocks {
-		r := &c.units.blocks[b]
+	for b := range c.units.records() {
+		r := c.units.blk(b)
 		if !r.live || r.held == 0 {
 			continue
 		}
@@ -880,7 +880,7 @@ func (h *harness) checkBytes() {
 			}
 			require.NotNil(h.t, s, "private block %d without owner", b)
 			keys = s.keys
-			tokens = s.tokens
+			tokens = s.tokens.appendTo(nil)
 			valid = len(tokens) - idx*B
 			q := h.ref[s.id]
 			if q == nil {
@@ -965,24 +965,24 @@ func (h *harness) checkSharing() {
 		for id, q := range h.ref {
 			s := c.seqs[id]
 			require.NotNil(h.t, s, "seq %d", id)
-			require.Equal(h.t, q.tokens, s.tokens, "seq %d tokens", id)
+			require.Equal(h.t, q.tokens, s.tokens.appendTo(q.tokens[:0:0]), "seq %d tokens", id)
 			require.Equal(h.t, q.keys, s.keys)
 		}
 	}
 	for id, s := range c.seqs {
 		for i, b := range s.blocks {
-			n := c.units.blocks[b].node
+			n := c.units.blk(b).node
 			if n == nil {
 				continue
 			}
 			require.Equal(h.t, s.keys, n.Keys(), "seq %d block %d keys", id, i)
-			require.Equal(h.t, s.tokens[i*B:(i+1)*B], n.Tokens(), "seq %d block %d tokens", id, i)
+			require.Equal(h.t, s.tokens.span(i*B, (i+1)*B), n.Tokens(), "seq %d block %d tokens", id, i)
 			if i > 0 {
-				prev := &c.units.blocks[s.blocks[i-1]]
+				prev := c.units.blk(s.blocks[i-1])
 				if prev.twin >= 0 {
 					// The sequence recomputes its cached block i-1 into
 					// a private copy.
-					prev = &c.units.blocks[prev.twin]
+					prev = c.units.blk(prev.twin)
 				}
 				require.Equal(h.t, prev.node, n.Parent(), "seq %d block %d parent", id, i)
 			} else {
@@ -1188,7 +1188,7 @@ func (h *harness) partlyDropped() map[uint64]bool {
 		if s.sparse {
 			for _, b := range s.blocks {
 				sparse[b] = true
-				if tw := c.units.blocks[b].twin; tw >= 0 {
+				if tw := c.units.blk(b).twin; tw >= 0 {
 					sparse[tw] = true // held through a recompute copy
 				}
 			}

@@ -301,10 +301,11 @@ func TestPolicyEvictsWhatItMustNot(t *testing.T) {
 			c.mu.Lock()
 			pinned := c.units.id(c.seqs[live.Seq].blocks[0], 0)
 			var cpu UnitID
-			for u, st := range c.units.state {
-				if st.tier == CPU {
-					b := int32(u >> c.geom.sliceShift)
-					cpu = c.units.id(b, c.units.slice(UnitID(u)))
+			for b := range c.units.records() {
+				for sl := range c.geom.slices {
+					if u := c.units.id(b, sl); c.units.tierOf(u) == CPU {
+						cpu = u
+					}
 				}
 			}
 			c.mu.Unlock()

@@ -92,7 +92,7 @@ func (c *Cache) readiness(s *sequence, r *Readiness) {
 	}
 	s.waits = keep
 	slices.Sort(failed)
-	B, n := g.blockTokens, len(s.tokens)
+	B, n := g.blockTokens, s.tokens.len()
 	for _, i := range slices.Compact(failed) {
 		r.Recompute = addRange(r.Recompute, i*B, min((i+1)*B, n))
 	}

@@ -35,6 +35,15 @@ type Request struct {
 	// SparseAccess brings the blocks a step selects onto the GPU. Acquire of
 	// a sparse request takes only the cached prefix (see Plan.Pending).
 	Sparse bool
+	// MaxTokens, when positive, is the most tokens the sequence is
+	// expected to hold: its prompt and the tokens it will decode (the
+	// request's max_tokens added to its prompt, or the model's context
+	// length). Acquire sizes the sequence's block tables for it, so that
+	// decoding up to it never grows them. Without it, or past it, the
+	// tables move to arrays twice as large a piece per operation (one
+	// slice's new array, 64 KiB at 128k tokens, allocated by one Append).
+	// It is a hint: a sequence may grow past it. It must not be negative.
+	MaxTokens int
 	// MaxLoadTokens caps how many tokens of the sequence's loads are in
 	// flight at once, with a TransferEngine (vLLM's max_load_tokens): an
 	// operation's loads are cut into transfers of at most that many
@@ -96,7 +105,7 @@ type sequence struct {
 	id     SeqID
 	keys   radix.Keys
 	extra  []radix.ExtraKey
-	tokens []uint32
+	tokens tokenList
 	blocks []int32
 	sparse bool
 	prio   *Priorities
@@ -122,7 +131,7 @@ type sequence struct {
 	// tables holds, per slice, the GPU slot of each block's unit that the
 	// sequence pins, -1 for the others: its block tables, kept up to date
 	// by every operation on the sequence (see syncTables).
-	tables [][]int32
+	tables seqTables
 	// compute and executed back the Compute and Executed of the
 	// sequence's plans.
 	compute  []TokenRange

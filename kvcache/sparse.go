@@ -155,8 +155,8 @@ func (c *Cache) selectedUnits(s *sequence, sel Selection) ([]UnitID, error) {
 		sl := g.sliceFor[kv*g.storedHeads+h]
 		w := g.pools[g.slicePool[sl]].window
 		from := 0
-		if w > 0 && len(s.tokens) > w {
-			from = (len(s.tokens) - w) / g.blockTokens
+		if w > 0 && s.tokens.len() > w {
+			from = (s.tokens.len() - w) / g.blockTokens
 		}
 		for _, b := range blocks {
 			if b < 0 || b >= nb {
@@ -221,7 +221,7 @@ func (c *Cache) fillSparse(s *sequence, keys []UnitID, res *SparseResult) {
 	slices.Sort(recomputed)
 	recomputed = slices.Compact(recomputed)
 	for _, b := range recomputed {
-		c.st.recomputed += int64(min((b+1)*B, len(s.tokens)) - b*B)
+		c.st.recomputed += int64(min((b+1)*B, s.tokens.len()) - b*B)
 	}
 	c.scratch.fresh = recomputed
 }

@@ -15,26 +15,7 @@ import "fmt"
 // units it pins newly reading their GPU slots.
 func (c *Cache) syncTables(s *sequence) {
 	n := len(s.blocks)
-	if s.tables == nil {
-		// One array for every slice, with room for a quarter more blocks
-		// (a decode adds one every block of tokens): a sequence's tables
-		// cost one allocation, and its first decode steps none.
-		room := n + n/4 + 8
-		back := make([]int32, c.geom.slices*room)
-		s.tables = make([][]int32, c.geom.slices)
-		for sl := range s.tables {
-			s.tables[sl] = back[sl*room : sl*room : (sl+1)*room]
-		}
-	}
-	if len(s.tables[0]) != n {
-		for sl := range s.tables {
-			tb := s.tables[sl]
-			for len(tb) < n {
-				tb = append(tb, -1)
-			}
-			s.tables[sl] = tb[:n]
-		}
-	}
+	s.tables.resize(c.geom.slices, n)
 	span := s.span()
 	for _, u := range c.tx.unpins {
 		i, sl := int(c.units.rec(u).index), c.units.slice(u)
@@ -44,11 +25,11 @@ func (c *Cache) syncTables(s *sequence) {
 		if s.blocks[i] == c.units.block(u) && span.pins(i, int(c.geom.slicePool[sl])) {
 			continue // pinned by the sequence's blocks still
 		}
-		s.tables[sl][i] = -1
+		s.tables.set(sl, i, -1)
 	}
 	for k := range c.tx.needs {
 		nd := &c.tx.needs[k]
-		s.tables[c.units.slice(nd.u)][c.units.rec(nd.u).index] = nd.slot
+		s.tables.set(c.units.slice(nd.u), int(c.units.rec(nd.u).index), nd.slot)
 	}
 }
 
@@ -84,10 +65,7 @@ func (c *Cache) BlockTable(dst []int32, id SeqID, s int) ([]int32, error) {
 
 // table returns the block table of slice sl of s.
 func (s *sequence) table(sl int) []int32 {
-	if s.tables == nil {
-		return nil // no blocks yet
-	}
-	return s.tables[sl][:len(s.blocks)]
+	return s.tables.table(sl, len(s.blocks))
 }
 
 // StepTables holds the block tables of a batch of sequences, as
@@ -147,7 +125,7 @@ func (c *Cache) BlockTables(t *StepTables, ids ...SeqID) error {
 			t.seqs = t.seqs[:0]
 			return err
 		}
-		t.seqs = append(t.seqs, stepTable{tables: q.tables, n: len(q.blocks)})
+		t.seqs = append(t.seqs, stepTable{tables: q.tables.cur, n: len(q.blocks)})
 	}
 	return nil
 }
@@ -186,7 +164,7 @@ func (c *Cache) Locate(id SeqID, block, slice int) (UnitLocation, error) {
 	}
 	b := q.blocks[block]
 	u := c.units.id(b, slice)
-	r := &c.units.blocks[b]
+	r := c.units.blk(b)
 	return UnitLocation{Tier: c.units.tierOf(u), Pool: c.geom.poolOfSlice(slice), Slot: c.units.slotOf(u),
 		Pinned: c.units.pinsOf(u) > 0, Shared: r.node != nil || r.refs > 1}, nil
 }
@@ -203,7 +181,7 @@ func (c *Cache) SequenceTokens(dst []uint32, id SeqID) ([]uint32, error) {
 	if err != nil {
 		return dst, err
 	}
-	return append(dst, q.tokens...), nil
+	return q.tokens.appendTo(dst), nil
 }
 
 // Len returns the number of tokens of sequence id. It returns an error
@@ -217,5 +195,5 @@ func (c *Cache) Len(id SeqID) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return len(q.tokens), nil
+	return q.tokens.len(), nil
 }

@@ -197,7 +197,7 @@ func (c *Cache) newBlock(index, chunks int, prio int, dur time.Duration) int32 {
 // ref adds a reference to block b from a sequence (sparse or not), for the
 // running transaction.
 func (c *Cache) ref(b int32, sparse bool) {
-	r := &c.units.blocks[b]
+	r := c.units.blk(b)
 	prev := notHollow
 	if r.refs == 0 && r.hollow {
 		prev = r.hollowPrev
@@ -602,7 +602,7 @@ func (c *Cache) takeSlot(t Tier, p int) (slot int32, ok bool, err error) {
 		// Counted out now, so that later victims of this operation see
 		// the block lacking it (see Victim.Whole).
 		b := c.units.block(v)
-		c.units.blocks[b].held--
+		c.units.blk(b).held--
 		tx.log(undoRec{kind: undoDrop, b: b})
 	}
 	tx.victims = append(tx.victims, victim{u: v, tier: t, pool: int32(p), slot: s, to: to})
@@ -687,7 +687,7 @@ func (c *Cache) undoOne(r undoRec) {
 			c.emitMove(r.u, r.tier, Dropped)
 		}
 	case undoDrop:
-		c.units.blocks[r.b].held++
+		c.units.blk(r.b).held++
 	case undoBackup:
 		c.units.of(r.u).backup = r.slot + 1
 		c.tiers.arena(c.wt.tier, c.poolOf(r.u)).backups++
@@ -696,7 +696,7 @@ func (c *Cache) undoOne(r undoRec) {
 	case undoAlloc:
 		c.units.release(r.b)
 	case undoRef:
-		rec := &c.units.blocks[r.b]
+		rec := c.units.blk(r.b)
 		rec.refs--
 		if r.sparse {
 			rec.sparseRefs--
@@ -747,7 +747,7 @@ func (c *Cache) dropUnit(u UnitID) {
 	c.dropBackup(u)
 	c.units.place(u, Dropped, -1)
 	b := c.units.block(u)
-	if c.units.blocks[b].held == 0 {
+	if c.units.blk(b).held == 0 {
 		c.gcQueue = append(c.gcQueue, b)
 	}
 }

@@ -678,7 +678,7 @@ func (c *Cache) clearUnwritten(u UnitID) {
 // unpend counts one pending unit of block b out, and forgets b when it
 // was to be forgotten and that was the last.
 func (c *Cache) unpend(b int32) {
-	r := &c.units.blocks[b]
+	r := c.units.blk(b)
 	r.pending--
 	if r.pending > 0 {
 		return
@@ -721,7 +721,7 @@ func (c *Cache) dropUnwritten(u UnitID) {
 	a.push(c.units.slotOf(u))
 	c.units.place(u, Dropped, -1)
 	b := c.units.block(u)
-	if c.units.blocks[b].held == 0 {
+	if c.units.blk(b).held == 0 {
 		c.gcQueue = append(c.gcQueue, b)
 	}
 	c.clearUnwritten(u)

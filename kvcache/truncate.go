@@ -35,14 +35,14 @@ func (c *Cache) Truncate(id SeqID, n int) (_ Plan, err error) {
 	if err != nil {
 		return Plan{}, err
 	}
-	if n < 0 || n > len(s.tokens) {
-		return Plan{}, fmt.Errorf("%w: truncate %d tokens of a sequence of %d", ErrOutOfRange, n, len(s.tokens))
+	if n < 0 || n > s.tokens.len() {
+		return Plan{}, fmt.Errorf("%w: truncate %d tokens of a sequence of %d", ErrOutOfRange, n, s.tokens.len())
 	}
 	if n == 0 {
-		return Plan{Seq: id, Tokens: len(s.tokens)}, nil
+		return Plan{Seq: id, Tokens: s.tokens.len()}, nil
 	}
 	c.begin(s)
-	cut := c.planTruncate(s, len(s.tokens)-n)
+	cut := c.planTruncate(s, s.tokens.len()-n)
 	c.queuePins(s.span(), pinSpan{blocks: cut.blocks, lo: cut.lo}, cut.same, cut.cowDst, cut.cowSrc)
 	c.queueStepUnpins(s)
 	if err := c.execute(); err != nil {
@@ -95,7 +95,7 @@ func (c *Cache) planTruncate(s *sequence, length int) truncation {
 		last := nb - 1
 		b := t.blocks[last]
 		// A private block (refs 1) just becomes partial again.
-		if r := &c.units.blocks[b]; r.node != nil {
+		if r := c.units.blk(b); r.node != nil {
 			if r.refs == 1 && r.node.IsLeaf() && !c.unsettled(b) {
 				// (A transfer may still read it: a copy-on-write of
 				// another sequence's Truncate or Fork.)
@@ -130,7 +130,7 @@ func (c *Cache) applyTruncate(s *sequence, t *truncation) {
 	// readable in old until they are released below.
 	old := s.blocks
 	s.blocks = append(s.blocks[:0], t.blocks...)
-	s.tokens = s.tokens[:t.length]
+	s.tokens.truncate(t.length)
 	s.pinLo = append(s.pinLo[:0], t.lo...)
 	s.writeFrom = t.writeFrom
 	s.firstPrivate = min(s.firstPrivate, t.length/B)
@@ -142,16 +142,16 @@ func (c *Cache) applyTruncate(s *sequence, t *truncation) {
 		b := s.blocks[nb-1]
 		if t.detach {
 			c.emitBlock(BlockRemoved, b, GPU)
-			if err := c.tree.Remove(c.units.blocks[b].node); err == nil {
+			if err := c.tree.Remove(c.units.blk(b).node); err == nil {
 				c.st.removed++
 			}
-			c.units.blocks[b].node = nil
+			c.units.blk(b).node = nil
 			for sl := range c.geom.slices {
 				// Its units are rewritten past the cut: their
 				// backups are stale.
 				c.voidBackup(c.units.id(b, sl))
 			}
-		} else if r := &c.units.blocks[b]; r.node == nil {
+		} else if r := c.units.blk(b); r.node == nil {
 			// A partial block is never committed: it leaves the index of
 			// blocks being written and a recompute copy's twin.
 			c.unindexWriting(b)
@@ -209,7 +209,7 @@ func (c *Cache) repinRange(s *sequence, blocks []int32, from int, partial bool, 
 			if !c.lacksBytes(b, pools) {
 				continue
 			}
-			if c.units.blocks[b].node != nil && !(partial && i == len(blocks)-1) {
+			if c.units.blk(b).node != nil && !(partial && i == len(blocks)-1) {
 				blocks[i] = c.recomputeCopy(b, s.sparse)
 				copies = append(copies, i)
 			}

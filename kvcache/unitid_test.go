@@ -82,7 +82,7 @@ func TestUnitIDOfAFreedBlockIsStale(t *testing.T) {
 	require.NoError(t, err)
 	finish(t, c, b.Seq)
 	c.mu.Lock()
-	require.NotEqual(t, old, c.units.id(c.units.blocks[0].node.Value, 0), "a reused record gets a new UnitID")
+	require.NotEqual(t, old, c.units.id(c.units.blk(0).node.Value, 0), "a reused record gets a new UnitID")
 	c.mu.Unlock()
 	_, err = c.Acquire(Request{Tokens: seqTokens(4, 200)})
 	require.NoError(t, err)

@@ -98,7 +98,7 @@ func (c *Cache) unitKey(u UnitID, p int) UnitKey {
 	r := c.units.rec(u)
 	n := r.node
 	if n == nil && r.twin >= 0 {
-		n = c.units.blocks[r.twin].node
+		n = c.units.blk(r.twin).node
 	}
 	if n == nil {
 		return k

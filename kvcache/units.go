@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kvtier/kvtier/internal/chunked"
 	"github.com/kvtier/kvtier/radix"
 )
 
@@ -38,22 +39,27 @@ const maxSliceShift = 64 - recordBits - minGenBits
 // records are reused: freeing a record moves its generation on, and a
 // record whose generations run out is retired, never reused.
 //
-// The state of a unit (tier, slot, pins) lives in a flat array indexed by
-// the id without its generation (ix), 2^sliceShift entries per record, so
-// that the hot paths read it without a map.
+// The state of a unit (tier, slot, pins) lives in an array indexed by the
+// id without its generation (ix), 2^sliceShift entries per record, so that
+// the hot paths read it without a map. Records and states are chunked
+// arrays (package chunked) that grow by a small chunk and never move what
+// they hold: an append-doubled slice copied every unit's state, hundreds
+// of MB under the cache's lock, when the records in use passed a power of
+// two.
 type unitTable struct {
 	sliceShift uint
 	genShift   uint
 	indexMask  UnitID
 	maxGen     uint32
 
-	// state is indexed by ix(u): one record per unit, so that the hot
-	// paths read a unit's tier, slot and pins with one memory access.
-	state []unitState
+	recs   chunked.Array[blockRec]
+	states chunked.Array[unitState]
 
-	blocks  []blockRec
-	free    []int32 // records to reuse, last freed first
-	retired int     // records whose generations ran out
+	// free is the last freed record, the top of the stack of records to
+	// reuse (chained through blockRec.hollowNext); noBlock when none.
+	free    int32
+	freeLen int
+	retired int // records whose generations ran out
 }
 
 // unitState is where a unit is: on a tier with a slot there, or Dropped
@@ -161,51 +167,62 @@ func newUnitTable(sliceShift uint) (unitTable, error) {
 	genShift := recordBits + sliceShift
 	genBits := min(64-genShift, 32)
 	return unitTable{sliceShift: sliceShift, genShift: genShift, indexMask: 1<<genShift - 1,
-		maxGen: uint32(uint64(1)<<genBits - 1)}, nil
+		maxGen: uint32(uint64(1)<<genBits - 1), free: noBlock}, nil
 }
 
 // alloc returns a fresh record with every unit dropped and no reference.
 func (t *unitTable) alloc(index, chunks int, prio int, dur time.Duration) int32 {
 	var b int32
-	if n := len(t.free); n > 0 {
-		b = t.free[n-1]
-		t.free = t.free[:n-1]
+	if t.free != noBlock {
+		b = t.free
+		t.free = t.blk(b).hollowNext
+		t.freeLen--
 	} else {
-		b = int32(len(t.blocks))
-		t.blocks = append(t.blocks, blockRec{})
+		b = int32(t.recs.Push(blockRec{}))
 		for range 1 << t.sliceShift {
-			t.state = append(t.state, unitState{slot: -1})
+			t.states.Push(unitState{slot: -1})
 		}
 	}
-	t.blocks[b] = blockRec{index: int32(index), chunks: int32(max(chunks, index+1)),
-		prio: int8(prio), prioDur: dur, live: true, gen: t.blocks[b].gen, twin: -1,
+	r := t.blk(b)
+	*r = blockRec{index: int32(index), chunks: int32(max(chunks, index+1)),
+		prio: int8(prio), prioDur: dur, live: true, gen: r.gen, twin: -1,
 		hollowPrev: noBlock, hollowNext: noBlock}
 	return b
 }
 
 // release forgets record b, whose units hold no bytes and no pins: its
 // generation moves on, so its next block gets new UnitIDs, or, when its
-// generations are used up, it is retired.
+// generations are used up, it is retired. Records are reused last freed
+// first.
 func (t *unitTable) release(b int32) {
-	gen := t.blocks[b].gen
+	r := t.blk(b)
+	gen := r.gen
 	if gen == t.maxGen {
-		t.blocks[b] = blockRec{gen: gen}
+		*r = blockRec{gen: gen}
 		t.retired++
 		return
 	}
-	t.blocks[b] = blockRec{gen: gen + 1}
-	t.free = append(t.free, b)
+	*r = blockRec{gen: gen + 1, hollowNext: t.free}
+	t.free = b
+	t.freeLen++
 }
 
 // live returns the records in use.
-func (t *unitTable) live() int { return len(t.blocks) - len(t.free) - t.retired }
+func (t *unitTable) live() int { return t.recs.Len() - t.freeLen - t.retired }
+
+// records returns how many records were ever allocated: every record is
+// below it (live, free or retired).
+func (t *unitTable) records() int32 { return int32(t.recs.Len()) }
+
+// blk returns block record b.
+func (t *unitTable) blk(b int32) *blockRec { return t.recs.At(int(b)) }
 
 // id returns the id of slice s of block b.
 func (t *unitTable) id(b int32, s int) UnitID { return t.base(b) | UnitID(s) }
 
 // base returns the id of slice 0 of block b; slice s's is base(b) | s.
 func (t *unitTable) base(b int32) UnitID {
-	return UnitID(t.blocks[b].gen)<<t.genShift | UnitID(b)<<t.sliceShift
+	return UnitID(t.blk(b).gen)<<t.genShift | UnitID(b)<<t.sliceShift
 }
 
 // ix returns the index of unit u in the unit arrays (tier, slot, pins):
@@ -219,29 +236,29 @@ func (t *unitTable) block(u UnitID) int32 { return int32(t.ix(u) >> t.sliceShift
 func (t *unitTable) slice(u UnitID) int { return int(u & (1<<t.sliceShift - 1)) }
 
 // rec returns the record of unit u.
-func (t *unitTable) rec(u UnitID) *blockRec { return &t.blocks[t.block(u)] }
+func (t *unitTable) rec(u UnitID) *blockRec { return t.blk(t.block(u)) }
 
 // current reports whether u names a slice below slices of a live block as
 // it is now (its record's current generation): false for garbage and for a
 // unit of a block forgotten since.
 func (t *unitTable) current(u UnitID, slices int) bool {
-	if uint64(t.ix(u)) >= uint64(len(t.state)) || t.slice(u) >= slices {
+	if uint64(t.ix(u)>>t.sliceShift) >= uint64(t.recs.Len()) || t.slice(u) >= slices {
 		return false
 	}
 	b := t.block(u)
-	return t.blocks[b].live && t.base(b)|UnitID(t.slice(u)) == u
+	return t.blk(b).live && t.base(b)|UnitID(t.slice(u)) == u
 }
 
 // of returns the state of unit u, to read or write.
-func (t *unitTable) of(u UnitID) *unitState { return &t.state[t.ix(u)] }
+func (t *unitTable) of(u UnitID) *unitState { return t.states.At(int(t.ix(u))) }
 
 // tierOf, slotOf and pinsOf read a unit's state.
-func (t *unitTable) tierOf(u UnitID) Tier  { return t.state[t.ix(u)].tier }
-func (t *unitTable) slotOf(u UnitID) int32 { return t.state[t.ix(u)].slot }
-func (t *unitTable) pinsOf(u UnitID) int32 { return t.state[t.ix(u)].pins }
+func (t *unitTable) tierOf(u UnitID) Tier  { return t.of(u).tier }
+func (t *unitTable) slotOf(u UnitID) int32 { return t.of(u).slot }
+func (t *unitTable) pinsOf(u UnitID) int32 { return t.of(u).pins }
 
 // place puts u on tier tr at slot s (Dropped: slot -1).
 func (t *unitTable) place(u UnitID, tr Tier, s int32) {
-	st := &t.state[t.ix(u)]
+	st := t.of(u)
 	st.tier, st.slot = tr, s
 }

@@ -64,7 +64,7 @@ func (c *Cache) writeQueued() {
 	}
 	w.batch, w.units = w.batch[:0], w.units[:0]
 	for _, b := range w.queue {
-		r := &c.units.blocks[b]
+		r := c.units.blk(b)
 		if !r.live || r.node == nil {
 			continue
 		}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package eviction
+package cputime
 
 import (
 	"syscall"
@@ -8,16 +8,15 @@ import (
 	"unsafe"
 )
 
-// processCPUTime returns the CPU time (user and system) the process has
-// used, so that benchmarks on a shared machine can report the time spent
-// running as well as wall time.
-func processCPUTime() (time.Duration, bool) {
+// Process returns the CPU time (user and system) the process has used.
+func Process() (time.Duration, bool) {
 	return clockGettime(2) // CLOCK_PROCESS_CPUTIME_ID
 }
 
-// threadCPUTime returns the CPU time the calling thread has used. The
-// caller must be locked to its thread.
-func threadCPUTime() (time.Duration, bool) {
+// Thread returns the CPU time (user and system, page faults included)
+// the calling thread has used. The caller must be locked to its thread
+// (runtime.LockOSThread).
+func Thread() (time.Duration, bool) {
 	return clockGettime(3) // CLOCK_THREAD_CPUTIME_ID
 }
 

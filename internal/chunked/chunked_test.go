@@ -1,0 +1,148 @@
+package chunked
+
+import (
+	"math/rand/v2"
+	"runtime"
+	"testing"
+	"unsafe"
+)
+
+// TestArrayMatchesSlice drives an Array and a plain slice with the same
+// random pushes, truncations and writes, and compares every element.
+func TestArrayMatchesSlice(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var a Array[uint64]
+	var ref []uint64
+	for step := range 3000 {
+		switch op := rng.IntN(10); {
+		case op < 7:
+			for range rng.IntN(2 * Len) {
+				v := rng.Uint64()
+				if i := a.Push(v); i != len(ref) {
+					t.Fatalf("step %d: Push returned %d, want %d", step, i, len(ref))
+				}
+				ref = append(ref, v)
+			}
+		case op < 9 && len(ref) > 0:
+			i := rng.IntN(len(ref))
+			v := rng.Uint64()
+			*a.At(i) = v
+			ref[i] = v
+		default:
+			n := rng.IntN(len(ref) + 1)
+			a.Truncate(n)
+			ref = ref[:n]
+		}
+		if a.Len() != len(ref) {
+			t.Fatalf("step %d: Len %d, want %d", step, a.Len(), len(ref))
+		}
+		for range 16 {
+			if len(ref) == 0 {
+				break
+			}
+			if i := rng.IntN(len(ref)); *a.At(i) != ref[i] {
+				t.Fatalf("step %d: element %d is %d, want %d", step, i, *a.At(i), ref[i])
+			}
+		}
+	}
+	n := 0
+	a.All(func(i int, v *uint64) bool {
+		if *v != ref[i] {
+			t.Fatalf("All: element %d is %d, want %d", i, *v, ref[i])
+		}
+		n++
+		return true
+	})
+	if n != len(ref) {
+		t.Fatalf("All visited %d elements, want %d", n, len(ref))
+	}
+}
+
+// TestArrayElementsStay checks that a pointer to an element stays valid
+// and points at the element however much the Array grows.
+func TestArrayElementsStay(t *testing.T) {
+	var a Array[int]
+	a.Push(7)
+	p := a.At(0)
+	for i := range 3 * Len * DirLen {
+		a.Push(i)
+	}
+	*p = 9
+	if *a.At(0) != 9 {
+		t.Fatalf("element 0 moved")
+	}
+}
+
+// TestSparseMatchesMap drives a Sparse and a map with the same random
+// writes, near and far apart, and compares reads.
+func TestSparseMatchesMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var s Sparse[int32]
+	ref := map[uint64]int32{}
+	idx := func() uint64 {
+		switch rng.IntN(3) {
+		case 0:
+			return rng.Uint64N(4 * Len)
+		case 1:
+			return rng.Uint64N(Len * DirLen * 3)
+		}
+		return rng.Uint64N(1 << 31)
+	}
+	for step := range 20000 {
+		i := idx()
+		if rng.IntN(2) == 0 {
+			v := rng.Int32()
+			*s.Ref(i) = v
+			ref[i] = v
+		}
+		if got := s.Get(i); got != ref[i] {
+			t.Fatalf("step %d: element %d is %d, want %d", step, i, got, ref[i])
+		}
+	}
+	seen := 0
+	s.All(func(i uint64, v int32) bool {
+		if v != ref[i] {
+			t.Fatalf("All: element %d is %d, want %d", i, v, ref[i])
+		}
+		if v != 0 {
+			seen++
+		}
+		return true
+	})
+	want := 0
+	for _, v := range ref {
+		if v != 0 {
+			want++
+		}
+	}
+	if seen != want {
+		t.Fatalf("All saw %d non-zero elements, want %d", seen, want)
+	}
+}
+
+// TestPushAllocatesOneChunk checks the point of the package: no Push
+// allocates more than one chunk, one directory block and the top level's
+// growth (a pointer per directory block), whatever the Array holds.
+func TestPushAllocatesOneChunk(t *testing.T) {
+	var a Array[[3]uint64]
+	elem := int(unsafe.Sizeof([3]uint64{}))
+	var ms runtime.MemStats
+	worst := uint64(0)
+	for i := range 4 * Len * DirLen {
+		if i&(Len-1) != 0 {
+			a.Push([3]uint64{})
+			continue
+		}
+		runtime.ReadMemStats(&ms)
+		before := ms.TotalAlloc
+		a.Push([3]uint64{})
+		runtime.ReadMemStats(&ms)
+		worst = max(worst, ms.TotalAlloc-before)
+	}
+	// (4 KiB of slack: the runtime allocates a little of its own now
+	// and then, counted in TotalAlloc.)
+	limit := uint64(Len*elem + DirLen*8 + 2*8*len(a.top) + 4096)
+	if worst > limit {
+		t.Fatalf("a Push allocated %d bytes, limit %d (chunk %d, directory block %d)", worst, limit, Len*elem, DirLen*8)
+	}
+}
