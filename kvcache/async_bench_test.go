@@ -128,3 +128,50 @@ func benchLockWait(b *testing.B, kind layout.Kind, mode string) {
 	b.ReportMetric(q(holds, 0.5), "acquire-µs")
 	b.ReportMetric(float64(units), "units/onboard")
 }
+
+// BenchmarkAppendWaits decodes 3,000 blocks (one token per Append) on a
+// GPU whose victims move down to the CPU through an engine, so that every
+// block-opening Append makes transfers its sequence waits on, and drives
+// completion the two ways the docs allow: Poll after each Append
+// ("poll"), or Readiness ("readiness"). One iteration is the whole decode;
+// the metrics are the mean block-opening Append over the first and the
+// last 300 blocks (first-µs, last-µs): a cost that grows with the
+// transfers the sequence has waited on shows as last > first.
+func BenchmarkAppendWaits(b *testing.B) {
+	for _, mode := range []string{"poll", "readiness"} {
+		b.Run(mode, func(b *testing.B) {
+			const blocks = 3000
+			var first, last time.Duration
+			b.ReportAllocs()
+			for range b.N {
+				b.StopTimer()
+				c, id := waitsCache(b)
+				b.StartTimer()
+				var r Readiness
+				for i := range blocks * 4 {
+					t0 := time.Now()
+					if _, err := c.Append(id, uint32(i)); err != nil {
+						b.Fatal(err)
+					}
+					d := time.Since(t0)
+					if i%4 == 0 && i/4 < 300 {
+						first += d
+					} else if i%4 == 0 && i/4 >= blocks-300 {
+						last += d
+					}
+					var err error
+					if mode == "poll" {
+						_, err = c.Poll()
+					} else {
+						err = c.Readiness(id, &r)
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportMetric(float64(first.Nanoseconds())/float64(300*b.N)/1e3, "first-µs")
+			b.ReportMetric(float64(last.Nanoseconds())/float64(300*b.N)/1e3, "last-µs")
+		})
+	}
+}

@@ -53,44 +53,43 @@ func (c *Cache) Readiness(id SeqID, r *Readiness) (err error) {
 }
 
 // readiness computes r for s (Cache.mu held): the layers its unfinished
-// waits block, and the blocks of its units whose transfers failed, which
-// it then owes (s.rewrite). Finished waits are forgotten.
+// waits block, and the blocks of its units whose transfers failed since
+// the last call, which it then owes (s.rewrite).
 func (c *Cache) readiness(s *sequence, r *Readiness) {
 	g := c.geom
 	r.Layers = r.Layers[:0]
 	for range g.layers {
 		r.Layers = append(r.Layers, true)
 	}
-	r.Pending = 0
+	r.Pending = len(s.waits)
 	r.Recompute = r.Recompute[:0]
-	failed := c.scratch.fresh[:0]
-	keep := s.waits[:0]
 	for _, id := range s.waits {
-		tr, ok := c.xfer.byID[id]
-		if !ok {
-			continue
-		}
-		if !tr.done {
-			keep = append(keep, id)
-			r.Pending++
-			for l := range g.layers {
-				if tr.kvLayer < 0 || g.layerKV[l] == tr.kvLayer {
-					r.Layers[l] = false
-				}
-			}
-			continue
-		}
-		for _, u := range tr.failed {
-			if i, ok := c.indexIn(s, u); ok && c.units.of(u).flags&unitUnwritten != 0 {
-				failed = append(failed, i)
-				if !slices.Contains(s.rewrite, u) {
-					s.rewrite = append(s.rewrite, u)
-				}
+		tr := c.xfer.byID[id]
+		for l := range g.layers {
+			if tr.kvLayer < 0 || g.layerKV[l] == tr.kvLayer {
+				r.Layers[l] = false
 			}
 		}
-		c.release(id)
 	}
-	s.waits = keep
+	if len(s.failed) == 0 {
+		return
+	}
+	failed := c.scratch.fresh[:0]
+	owed := len(s.rewrite)
+	for _, u := range s.failed {
+		if i, ok := c.indexIn(s, u); ok && c.units.of(u).flags&unitUnwritten != 0 {
+			failed = append(failed, i)
+			s.rewrite = append(s.rewrite, u)
+		}
+	}
+	clear(s.failed)
+	s.failed = s.failed[:0]
+	if len(s.rewrite) > owed {
+		// A unit reported twice (it failed, was rewritten by another
+		// sequence, and failed again) is owed once.
+		slices.Sort(s.rewrite)
+		s.rewrite = slices.Compact(s.rewrite)
+	}
 	slices.Sort(failed)
 	B, n := g.blockTokens, s.tokens.len()
 	for _, i := range slices.Compact(failed) {

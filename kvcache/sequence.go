@@ -136,12 +136,15 @@ type sequence struct {
 	// sequence's plans.
 	compute  []TokenRange
 	executed []Copy
-	// waits lists the transfers the sequence waits on (see transfers.go
-	// and Readiness); rewrite holds the units whose loads failed that it
-	// must write (recompute) and declare written; declaredUpTo is the
-	// largest Commit (or implicit commit) it made, kept while a block it
-	// covers is still in flight.
+	// waits lists the unfinished transfers the sequence waits on (see
+	// transfers.go and Readiness); failed holds the units of its blocks
+	// whose transfers failed since its last Readiness, which reports them;
+	// rewrite holds the units whose loads failed that it must write
+	// (recompute) and declare written; declaredUpTo is the largest Commit
+	// (or implicit commit) it made, kept while a block it covers is still
+	// in flight.
 	waits        []transferID
+	failed       []UnitID
 	rewrite      []UnitID
 	declaredUpTo int
 	// maxLoadTokens is Request.MaxLoadTokens.

@@ -95,9 +95,10 @@ type transfer struct {
 	done    bool
 	// failed lists the units whose bytes did not arrive.
 	failed []UnitID
-	// waiters counts the sequences that wait on the transfer (listed in
-	// their waits); a finished transfer is forgotten when none is left.
-	waiters int32
+	// waiters lists the sequences that wait on the transfer (it is in
+	// their waits until it finishes; then its failures move to their
+	// failed lists and it is forgotten).
+	waiters []*sequence
 }
 
 // dependent is a transfer that starts after another: data says that it
@@ -389,35 +390,62 @@ func (c *Cache) startTransfer(copies []Copy, done func(error)) {
 	returned = true
 }
 
-// wait registers s as waiting on transfer id, once.
+// wait registers s as waiting on unfinished transfer id, once. A
+// sequence's waits hold only unfinished transfers (a finished one takes
+// itself off them, see finish), so their length, and the cost of this
+// check, is bounded by what is in flight for the sequence, not by how
+// many transfers it ever waited on; a transfer's waiters are few (its
+// operation's sequence, a fork, sequences that hit units it loads).
 func (c *Cache) wait(s *sequence, id transferID) {
 	tr, ok := c.xfer.byID[id]
-	if !ok || slices.Contains(s.waits, id) {
+	if !ok || tr.done || slices.Contains(tr.waiters, s) {
 		return
 	}
 	s.waits = append(s.waits, id)
-	tr.waiters++
+	tr.waiters = append(tr.waiters, s)
 }
 
 // unwait drops s's waits (the sequence ends).
 func (c *Cache) unwait(s *sequence) {
 	for _, id := range s.waits {
-		c.release(id)
+		if tr, ok := c.xfer.byID[id]; ok {
+			tr.waiters = removeOne(tr.waiters, s)
+		}
 	}
 	s.waits = s.waits[:0]
+	clear(s.failed)
+	s.failed = s.failed[:0]
 }
 
-// release drops one waiter of transfer id and forgets a finished transfer
-// nobody waits on.
-func (c *Cache) release(id transferID) {
-	tr, ok := c.xfer.byID[id]
-	if !ok {
-		return
+// settleWaiters takes finished transfer tr off the waits of the sequences
+// that wait on it, handing each the units of its blocks whose bytes did
+// not arrive (Readiness reports them).
+func (c *Cache) settleWaiters(tr *transfer) {
+	for _, s := range tr.waiters {
+		s.waits = removeOne(s.waits, tr.id)
+		for _, u := range tr.failed {
+			if _, ok := c.indexIn(s, u); ok {
+				s.failed = append(s.failed, u)
+			}
+		}
 	}
-	tr.waiters--
-	if tr.done && tr.waiters <= 0 {
-		delete(c.xfer.byID, id)
+	clear(tr.waiters)
+	tr.waiters = nil
+}
+
+// removeOne removes the first element of xs equal to x, moving the last
+// one into its place (the order of waits and waiters does not matter).
+func removeOne[T comparable](xs []T, x T) []T {
+	for i, y := range xs {
+		if y == x {
+			last := len(xs) - 1
+			xs[i] = xs[last]
+			var zero T
+			xs[last] = zero
+			return xs[:last]
+		}
 	}
+	return xs
 }
 
 // poll applies the transfers the engine has finished (Cache.mu held, no
@@ -511,9 +539,8 @@ func (c *Cache) finish(tr *transfer, err error) {
 			c.start(d)
 		}
 	}
-	if tr.waiters <= 0 {
-		delete(x.byID, tr.id)
-	}
+	c.settleWaiters(tr)
+	delete(x.byID, tr.id)
 }
 
 // finishDown applies the end of victim m.u's move down from tier m.from.
