@@ -62,3 +62,18 @@ type PinnedAccessIgnorer interface {
 type PinnedInserter[K comparable] interface {
 	InsertPinned(k K, e Entry) error
 }
+
+// Forgetter is implemented by a Policy that keeps history of keys it no
+// longer tracks (S3FIFO's ghost queue). Forget(k) tells it that k will
+// never be inserted again, so that it drops whatever it remembers of k:
+// afterwards the policy chooses the same victims as one that never tracked
+// k. An owner whose keys can die (a kvcache block that is forgotten never
+// lends its UnitIDs to another) calls it when they do: history of a dead
+// key only takes the room of live keys' history, and, with an index over
+// slots that keys reuse (TaggedIndex), turns every lookup of the slot's
+// new key into an overflow lookup. Forget of a key that is tracked, or
+// unknown, does nothing. Package evictiontest checks the contract for any
+// policy that implements it.
+type Forgetter[K comparable] interface {
+	Forget(k K)
+}

@@ -182,7 +182,10 @@ type s3Scalars[K comparable] struct {
 	absentValid bool
 }
 
-var _ Policy[int] = (*S3FIFO[int])(nil)
+var (
+	_ Policy[int]    = (*S3FIFO[int])(nil)
+	_ Forgetter[int] = (*S3FIFO[int])(nil)
+)
 
 // NewS3FIFO returns an empty S3-FIFO policy for a cache of cfg.Capacity. The
 // queue sizes are computed as libCacheSim does: small =
@@ -344,6 +347,24 @@ func (p *S3FIFO[K]) Remove(k K) {
 	}
 	p.forget(i)
 	p.tracked--
+}
+
+// Forget drops k's ghost entry (or the claim Admit holds on it), if it has
+// one: k will never be inserted again, and its entry would only take the
+// room of other keys' (see [Forgetter]). It does nothing for a tracked or
+// unknown key.
+func (p *S3FIFO[K]) Forget(k K) {
+	i, ok := p.keys.lookup(k)
+	if !ok {
+		return
+	}
+	switch p.slab.nodes.at(i).meta.queue {
+	case s3Ghost:
+		p.detach(i)
+		p.forget(i)
+	case s3Claimed:
+		p.dropClaim()
+	}
 }
 
 // Evict chooses a victim as described in the type's documentation, stops

@@ -111,3 +111,67 @@ func checkS3FIFOAccounting(t *testing.T, p *S3FIFO[int]) {
 		}
 	}
 }
+
+// TestS3FIFOForget checks Forget of a ghost key: its entry leaves the
+// ghost (and the index), so that the key, inserted again, is a new key (in
+// small, not main); a rollback brings the entry back; Forget of a tracked
+// key changes nothing.
+func TestS3FIFOForget(t *testing.T) {
+	p, err := NewS3FIFO[int](S3FIFOConfig{Capacity: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := NewEntry(1)
+	// Fill (0 to 9 in small, the rest in main), then evict 0 from small
+	// into the ghost and insert 100 in its place.
+	for k := range 100 {
+		if err := p.Insert(k, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ghost, ok := p.Evict()
+	if !ok {
+		t.Fatal("no victim")
+	}
+	if i, ok := p.keys.lookup(ghost); !ok || p.slab.nodes.at(i).meta.queue != s3Ghost {
+		t.Fatalf("victim %d is not in the ghost", ghost)
+	}
+	if err := p.Insert(100, e); err != nil {
+		t.Fatal(err)
+	}
+	queueOf := func(k int) (uint8, bool) {
+		i, ok := p.keys.lookup(k)
+		if !ok {
+			return 0, false
+		}
+		return p.slab.nodes.at(i).meta.queue, true
+	}
+	ghosts := p.count[s3Ghost]
+	p.Begin()
+	p.Forget(ghost)
+	if _, ok := queueOf(ghost); ok || p.count[s3Ghost] != ghosts-1 {
+		t.Fatalf("after Forget, key %d is still known or the ghost holds %d entries (was %d)", ghost, p.count[s3Ghost], ghosts)
+	}
+	p.Rollback()
+	if q, ok := queueOf(ghost); !ok || q != s3Ghost || p.count[s3Ghost] != ghosts {
+		t.Fatalf("after Rollback, key %d is not a ghost again (queue %d, known %v)", ghost, q, ok)
+	}
+	p.Forget(ghost)
+	tracked := 100
+	if p.Len() != tracked {
+		t.Fatalf("Len %d, want %d", p.Len(), tracked)
+	}
+	p.Forget(100) // tracked: nothing happens
+	if q, ok := queueOf(100); !ok || q > s3Main || p.Len() != tracked {
+		t.Fatalf("Forget of tracked key 100 changed it (queue %d, known %v, Len %d)", q, ok, p.Len())
+	}
+	if _, ok := p.Evict(); !ok {
+		t.Fatal("no victim")
+	}
+	if err := p.Insert(ghost, e); err != nil {
+		t.Fatal(err)
+	}
+	if q, _ := queueOf(ghost); q != s3Small {
+		t.Fatalf("key %d, forgotten, went to queue %d on its next Insert, want small (%d)", ghost, q, s3Small)
+	}
+}

@@ -33,6 +33,10 @@ type arena struct {
 	// pinnedInserter is the policy when it can insert a key pinned in one
 	// call (eviction.PinnedInserter).
 	pinnedInserter eviction.PinnedInserter[UnitID]
+	// forgetter is the policy when it keeps history of keys it no longer
+	// tracks (eviction.Forgetter): it hears of the units of forgotten
+	// blocks (see Cache.forgetRecord).
+	forgetter eviction.Forgetter[UnitID]
 	// txPolicy is the policy when it implements eviction.Transactional:
 	// a rollback then undoes the policy's calls exactly (see rollback).
 	txPolicy eviction.Transactional
@@ -63,7 +67,8 @@ type arena struct {
 func newArena(c *Cache, tier Tier, pool, slots int, p eviction.Policy[UnitID]) *arena {
 	tp, _ := p.(eviction.Transactional)
 	pi, _ := p.(eviction.PinnedInserter[UnitID])
-	a := &arena{cache: c, tier: tier, pool: pool, policy: p, tellHits: tellsHits(p), txPolicy: tp, pinnedInserter: pi,
+	fg, _ := p.(eviction.Forgetter[UnitID])
+	a := &arena{cache: c, tier: tier, pool: pool, policy: p, tellHits: tellsHits(p), txPolicy: tp, pinnedInserter: pi, forgetter: fg,
 		free: make([]int32, slots), owner: make([]UnitID, slots), txPinned: make([]bool, slots)}
 	for i := range a.free {
 		// Pop order is slot 0 first: slots fill from the bottom.

@@ -215,6 +215,7 @@ func (c *Cache) buildTiers(cfg Config) ([][]int, error) {
 				return nil, err
 			}
 			level.arenas = append(level.arenas, a)
+			c.tiers.forgets = c.tiers.forgets || a.forgetter != nil
 		}
 		c.tiers.levels = append(c.tiers.levels, level)
 		all = append(all, slots)

@@ -150,6 +150,16 @@ func (a *arena) policyAccess(u UnitID) {
 	returned = true
 }
 
+func (a *arena) policyForget(u UnitID) {
+	if a.muted() {
+		return
+	}
+	returned := false
+	defer a.recoverPolicy("Forget", nil, &returned)
+	a.forgetter.Forget(u)
+	returned = true
+}
+
 // policyEvict asks the policy for a victim; a muted or panicking policy
 // gives none.
 func (a *arena) policyEvict() (u UnitID, ok bool) {

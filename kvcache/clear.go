@@ -33,7 +33,7 @@ func (c *Cache) Clear() (err error) {
 	}
 	c.st.removed += uint64(c.tree.Clear(func(n *radix.Node[int32]) {
 		c.meta.unmarkHollow(&c.units, n.Value)
-		c.units.release(n.Value)
+		c.forgetRecord(n.Value)
 	}))
 	if c.events.enabled() {
 		c.events.emit(Event{Kind: AllCleared})

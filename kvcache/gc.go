@@ -24,7 +24,7 @@ func (c *Cache) collect(b int32) {
 			return
 		}
 		if r.node == nil {
-			c.units.release(b)
+			c.forgetRecord(b)
 			return
 		}
 		if !r.node.IsLeaf() {
@@ -39,12 +39,34 @@ func (c *Cache) collect(b int32) {
 			return
 		}
 		c.st.removed++
-		c.units.release(b)
+		c.forgetRecord(b)
 		if parent == nil {
 			return
 		}
 		b = parent.Value
 	}
+}
+
+// forgetRecord releases block record b, whose units hold no bytes and
+// which nothing references, after telling the policies that keep history
+// of keys they no longer track (eviction.Forgetter: S3-FIFO's ghost) that
+// its units are gone for good: a UnitID is never given to another block,
+// so a ghost of one only takes the room of live units' ghosts, and, under
+// the TaggedIndex, would send every lookup of the record's next block to
+// the index's overflow map.
+func (c *Cache) forgetRecord(b int32) {
+	if c.tiers.forgets {
+		base := c.units.base(b)
+		for sl := range c.geom.slices {
+			p := int(c.geom.slicePool[sl])
+			for t := GPU; t <= c.tiers.last(); t++ {
+				if a := c.tiers.arena(t, p); a.forgetter != nil {
+					a.policyForget(base | UnitID(sl))
+				}
+			}
+		}
+	}
+	c.units.release(b)
 }
 
 // discardPrivate frees a private block that no sequence holds any more: its
@@ -67,7 +89,7 @@ func (c *Cache) discardPrivate(b int32, sparse bool) {
 		// when the last is done (unpend).
 		r.orphan = true
 	} else {
-		c.units.release(b)
+		c.forgetRecord(b)
 	}
 	if twin >= 0 {
 		c.unref(twin, sparse)

@@ -21,7 +21,7 @@ import (
 var (
 	heldCallbacks = funcNames(
 		(*arena).policyInsert, (*arena).policyInsertPinned, (*arena).policyPin, (*arena).policyUnpin, (*arena).policyRemove,
-		(*arena).policyAccess, (*arena).policyEvict, (*arena).policyBegin, (*arena).policyCommit,
+		(*arena).policyAccess, (*arena).policyEvict, (*arena).policyForget, (*arena).policyBegin, (*arena).policyCommit,
 		(*arena).policyRollback, (*Cache).copyBatch, (*Cache).decide, (*Cache).startTransfer,
 		(*Cache).moveBackups)
 	sinkCallbacks = funcNames((*eventLog).callSink)

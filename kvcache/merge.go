@@ -74,6 +74,6 @@ func (c *Cache) mergeBlock(s *sequence, i int, n *radix.Node[int32]) {
 		// A recompute copy's sequence holds its twin already.
 		c.addRefNow(e, s.sparse)
 	}
-	c.units.release(b)
+	c.forgetRecord(b)
 	s.blocks[i] = e
 }

@@ -138,7 +138,7 @@ func (c *Cache) pruneMetadata() {
 			}
 			c.emitBlock(BlockRemoved, x, GPU)
 			c.meta.unmarkHollow(&c.units, x)
-			c.units.release(x)
+			c.forgetRecord(x)
 		})
 		if err != nil {
 			return // unreachable: b is a live node of the tree

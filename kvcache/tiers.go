@@ -43,6 +43,9 @@ func (t Tier) String() string {
 // layout pool, and the victims of one go down to the next.
 type tierSet struct {
 	levels []tierLevel // levels[t-1] is tier t
+	// forgets says whether a policy keeps history of keys it no longer
+	// tracks (see Cache.forgetRecord).
+	forgets bool
 }
 
 // tierLevel is one tier.

@@ -318,6 +318,19 @@ func runTwins(t *testing.T, newPolicy policyFactory, base uint64, configure func
 	}
 }
 
+// checkForgetLiveKeys holds a policy that implements eviction.Forgetter to
+// its contract where it must change nothing: a twin that does not hear of
+// Forget calls on tracked keys and on keys never inserted must choose the
+// same victims.
+func checkForgetLiveKeys(t *testing.T, newPolicy policyFactory) {
+	p, _ := newCase(t, newPolicy)
+	if _, ok := p.(eviction.Forgetter[int]); !ok {
+		t.Log("the policy does not implement eviction.Forgetter: nothing to check")
+		return
+	}
+	runTwins(t, newPolicy, 900, func(d *driver) { d.injectForget = true })
+}
+
 // checkInsertPinned holds a policy that implements eviction.PinnedInserter
 // to its claim: InsertPinned(k, e) behaves as Insert(k, e) then Pin(k). A
 // twin that gets Insert and Pin must choose the same victims ever after.

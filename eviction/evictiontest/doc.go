@@ -52,6 +52,10 @@
 //     pinned as Insert then Pin would: a twin fed Insert and Pin where it
 //     got InsertPinned returns the same errors and chooses the same victims
 //     ever after. A policy that does not implement it skips this check.
+//   - A policy that implements [eviction.Forgetter] must leave tracked keys
+//     and keys it never saw alone: a twin that does not hear of Forget
+//     calls on them chooses the same victims. A policy that does not
+//     implement the interface skips this check.
 //   - A policy that implements [eviction.Transactional] must roll back
 //     exactly: random bursts of calls made to it between Begin and
 //     Rollback, which a twin never hears of, leave it choosing the same

@@ -23,10 +23,12 @@ const (
 	opEvict
 	opAdvance
 	opKinds
+	// opForget is only injected (injectForget), never drawn by a profile.
+	opForget = opKinds
 )
 
 func (k opKind) String() string {
-	return [...]string{"Insert", "Access", "Pin", "Unpin", "Remove", "Evict", "Advance"}[k]
+	return [...]string{"Insert", "Access", "Pin", "Unpin", "Remove", "Evict", "Advance", "Forget"}[k]
 }
 
 // op is one recorded call, kept so that a failure can show what led to it.
@@ -166,6 +168,9 @@ type driver struct {
 	// allowDuplicates lets random Inserts pick tracked keys (all policies
 	// get them and must refuse them).
 	allowDuplicates bool
+	// injectForget feeds the first policy, an eviction.Forgetter, Forget
+	// calls on tracked keys and on keys never inserted.
+	injectForget bool
 	// insertPinned turns a third of the Inserts into an Insert of a key
 	// that is pinned at once: policy 0 gets InsertPinned, the others
 	// Insert then Pin (see eviction.PinnedInserter).
@@ -233,6 +238,9 @@ func (d *driver) run(steps int) {
 		}
 		if d.injectDuplicate && d.rng.IntN(4) == 0 && len(d.model.list) > 0 {
 			d.insert(d.pickTracked(), randomEntry(d.rng), true)
+		}
+		if d.injectForget && d.rng.IntN(3) == 0 {
+			d.injectForgetOp()
 		}
 		if d.injectPinnedAccess && len(d.model.list) > 0 {
 			if k := d.pickTracked(); d.model.keys[k].pinned {
@@ -443,6 +451,17 @@ func (d *driver) injectUnknownOp() {
 	k := d.universe + d.rng.IntN(d.universe) // never inserted
 	kinds := [...]opKind{opAccess, opPin, opUnpin, opRemove}
 	d.keyed(kinds[d.rng.IntN(len(kinds))], k, true)
+}
+
+// injectForgetOp calls Forget on the first policy only, of a tracked key
+// or of a key never inserted: both must change nothing.
+func (d *driver) injectForgetOp() {
+	k := d.universe + d.rng.IntN(d.universe) // never inserted
+	if len(d.model.list) > 0 && d.rng.IntN(2) == 0 {
+		k = d.pickTracked()
+	}
+	d.record(op{kind: opForget, key: k, twinOnly: true})
+	d.policies[0].(eviction.Forgetter[int]).Forget(k)
 }
 
 func (d *driver) checkLen() {

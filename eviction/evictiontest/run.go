@@ -55,6 +55,7 @@ func Run(t *testing.T, newPolicy func(cfg Config) eviction.Policy[int]) {
 		{"NoAllocsSteadyState", checkNoAllocs},
 		{"PinnedAccessIgnored", checkPinnedAccessIgnored},
 		{"InsertPinned", checkInsertPinned},
+		{"ForgetLiveKeys", checkForgetLiveKeys},
 		{"RollbackIsExact", checkRollbackIsExact},
 	}
 	for _, c := range checks {
