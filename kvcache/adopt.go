@@ -147,6 +147,24 @@ func (c *Cache) Adopt(req Request, blocks int, t Tier) (_ int, err error) {
 	return plan.blocks, nil
 }
 
+// HeldBlocks returns how many of the first full blocks of req's prompt the
+// cache holds whole, every unit with bytes on some tier: what a lookup in
+// a shared store need not ask about (tierstore.Lookup skips them). It
+// takes the cache's lock for the prefix match, about a microsecond per
+// block. It returns an error wrapping ErrInvalidRequest for bad extra
+// keys, ErrReentrant from a callback.
+func (c *Cache) HeldBlocks(req Request) (int, error) {
+	if err := c.lock("HeldBlocks"); err != nil {
+		return 0, err
+	}
+	defer c.mu.Unlock()
+	_, nodes, err := c.match(&req)
+	if err != nil {
+		return 0, err
+	}
+	return c.wholePrefix(nodes), nil
+}
+
 // adoption is what Adopt will place: units, in block order (those of
 // blocks past the match enter the tree), and how many blocks from the
 // first will be whole once they are placed.

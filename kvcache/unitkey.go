@@ -2,6 +2,7 @@ package kvcache
 
 import (
 	"fmt"
+	"sort"
 
 	"github.com/kvtier/kvtier/radix"
 )
@@ -115,39 +116,70 @@ func (c *Cache) unitKey(u UnitID, p int) UnitKey {
 
 // UnitKeys appends to dst the identity of every unit of the full blocks of
 // req's prompt, block by block and, in a block, slice by slice: the keys
-// under which a store below the CPU holds them. A server asks a shared
-// store which of them it holds before Adopt (tierstore.Lookup). Tokens and
-// Extra alias req's slices. It does not take the cache's lock. It returns
-// an error wrapping ErrInvalidRequest for bad extra keys.
+// under which a store below the CPU holds them. Tokens and Extra alias
+// req's slices. It does not take the cache's lock. It returns an error
+// wrapping ErrInvalidRequest for bad extra keys. A lookup that asks a
+// store about a few units of a long prompt uses PromptKeys instead, which
+// builds only the keys it is asked for.
 func (c *Cache) UnitKeys(dst []UnitKey, req Request) ([]UnitKey, error) {
-	keys := radix.Keys{Namespace: req.Namespace, LoRA: req.LoRA}
-	hashes, err := c.tree.Hasher().Hash(nil, keys, req.Tokens, req.Extra)
+	pk, err := c.PromptKeys(req)
 	if err != nil {
-		return dst, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		return dst, err
 	}
-	B := c.geom.blockTokens
-	x := 0
-	for i, h := range hashes {
-		start := x
-		for start < len(req.Extra) && req.Extra[start].Pos < i*B {
-			start++
-		}
-		x = start
-		for x < len(req.Extra) && req.Extra[x].Pos < (i+1)*B {
-			x++
-		}
-		var extra []radix.ExtraKey
-		if x > start {
-			extra = req.Extra[start:x]
-		}
+	for i := range pk.Blocks() {
 		for sl := range c.geom.slices {
-			k := UnitKey{Shared: true, Unit: noUnit, Hash: h, Depth: i + 1, Slice: sl, Pool: int(c.geom.slicePool[sl]),
-				Keys: keys, Tokens: req.Tokens[i*B : (i+1)*B], Extra: extra}
-			if i > 0 {
-				k.Parent, k.HasParent = hashes[i-1], true
-			}
-			dst = append(dst, k)
+			dst = append(dst, pk.Unit(i, sl))
 		}
 	}
 	return dst, nil
+}
+
+// PromptKeys names the units of the full blocks of one request's prompt
+// (see UnitKey) without building a key per unit: the prompt is hashed once
+// (a chain hash per block), and Unit builds the key of any unit on demand.
+// tierstore.Lookup asks a shared store about one unit per block, and only
+// of the blocks it probes, so that a 32k-token prompt costs a few dozen
+// keys, not one per unit. A PromptKeys aliases the request's Tokens and
+// Extra; it is not safe for concurrent use.
+type PromptKeys struct {
+	keys        radix.Keys
+	tokens      []uint32
+	extra       []radix.ExtraKey
+	hashes      []uint64
+	blockTokens int
+	slicePool   []int32
+}
+
+// PromptKeys hashes the full blocks of req's prompt, without the cache's
+// lock. It returns an error wrapping ErrInvalidRequest for bad extra keys.
+func (c *Cache) PromptKeys(req Request) (PromptKeys, error) {
+	keys := radix.Keys{Namespace: req.Namespace, LoRA: req.LoRA}
+	hashes, err := c.tree.Hasher().Hash(nil, keys, req.Tokens, req.Extra)
+	if err != nil {
+		return PromptKeys{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	return PromptKeys{keys: keys, tokens: req.Tokens, extra: req.Extra, hashes: hashes,
+		blockTokens: c.geom.blockTokens, slicePool: c.geom.slicePool}, nil
+}
+
+// Blocks returns the number of full blocks of the prompt.
+func (k *PromptKeys) Blocks() int { return len(k.hashes) }
+
+// Unit returns the identity of unit slice of full block i of the prompt,
+// as UnitKeys would give it. It panics when i or slice is out of range,
+// like an index expression.
+func (k *PromptKeys) Unit(i, slice int) UnitKey {
+	B := k.blockTokens
+	u := UnitKey{Shared: true, Unit: noUnit, Hash: k.hashes[i], Depth: i + 1, Slice: slice, Pool: int(k.slicePool[slice]),
+		Keys: k.keys, Tokens: k.tokens[i*B : (i+1)*B]}
+	if i > 0 {
+		u.Parent, u.HasParent = k.hashes[i-1], true
+	}
+	// The extra keys are sorted by position (Hash checked it).
+	start := sort.Search(len(k.extra), func(j int) bool { return k.extra[j].Pos >= i*B })
+	end := sort.Search(len(k.extra), func(j int) bool { return k.extra[j].Pos >= (i+1)*B })
+	if end > start {
+		u.Extra = k.extra[start:end]
+	}
+	return u
 }

@@ -27,7 +27,7 @@ import (
 
 // env returns the value of name, skipping the test when it is not set
 // (and failing it in CI, where .ci/run starts the servers).
-func env(t *testing.T, name string) string {
+func env(t testing.TB, name string) string {
 	t.Helper()
 	v := os.Getenv(name)
 	if v == "" {
@@ -41,7 +41,7 @@ func env(t *testing.T, name string) string {
 
 // prefix returns a key prefix of the test's own, and deletes its keys
 // when the test ends.
-func prefix(t *testing.T, srv server) string {
+func prefix(t testing.TB, srv server) string {
 	t.Helper()
 	p := fmt.Sprintf("kvt-test-%d-%d", os.Getpid(), time.Now().UnixNano())
 	t.Cleanup(func() {
@@ -72,14 +72,14 @@ type server struct {
 	tls     *tls.Config
 }
 
-func servers(t *testing.T) []server {
+func servers(t testing.TB) []server {
 	return []server{
 		{name: "single", addrs: []string{env(t, "KVTIER_REDIS_ADDR")}},
 		{name: "cluster", addrs: strings.Split(env(t, "KVTIER_REDIS_CLUSTER_ADDRS"), ","), cluster: true},
 	}
 }
 
-func open(t *testing.T, srv server, p string, fp uint64) *redisstore.Store {
+func open(t testing.TB, srv server, p string, fp uint64) *redisstore.Store {
 	t.Helper()
 	s, err := redisstore.Open(redisstore.Options{Addrs: srv.addrs, Cluster: srv.cluster, TLS: srv.tls, Prefix: p, Fingerprint: fp})
 	require.NoError(t, err)
@@ -144,14 +144,18 @@ func TestPlantedValuesAreNeverServed(t *testing.T) {
 			require.NoError(t, raw.RPush(ctx, store.Key(listKey), "not a string").Err())
 			require.ErrorIs(t, store.Get(ctx, []kvcache.UnitKey{listKey}, dst), kvcache.ErrUnitCorrupt, "a list under a unit's key")
 
-			// A second server adopts what the lookup finds (blocks 0 to
-			// 2: block 3 lacks unit 7) and recomputes what fails.
+			// A second server adopts what the lookup finds (it asks
+			// about one unit per block, so it finds all four blocks:
+			// unit 7, block 3's other unit, is not asked about) and
+			// recomputes what fails to load: units 1 and 4 corrupt,
+			// unit 7 missing.
 			b := storetest.NewServer(t, storetest.Config{Store: store, GPU: 16, CPU: 8, Shared: 64})
 			plan := b.Serve(t, prompt) // checks every byte
-			require.Equal(t, 12, plan.ReusedTokens, "blocks 0 to 2 (unit 7 of block 3 is gone)")
+			require.Equal(t, 16, plan.ReusedTokens, "every block adopted, and planned to load")
 			st := b.Cache.Stats().Tier(3)
-			require.Equal(t, uint64(6), st.Adopted)
-			require.Positive(t, st.Corrupt)
+			require.Equal(t, uint64(8), st.Adopted)
+			require.Equal(t, uint64(2), st.Corrupt)
+			require.Equal(t, uint64(1), st.Missing)
 		})
 	}
 }
