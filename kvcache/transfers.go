@@ -132,6 +132,9 @@ type transfers struct {
 	// drops lists units without bytes to drop once the running operation
 	// is over (dropLater).
 	drops []UnitID
+	// build is the transfers an operation of one transaction makes
+	// (submit).
+	build xferBuild
 }
 
 func (x *transfers) init() {
@@ -191,6 +194,55 @@ func (c *Cache) addChain(n *need, copyStart, moveStart int) {
 	t.chains = append(t.chains, ch)
 }
 
+// xferBuild turns the chains of an operation's transactions into
+// transfers: one per KV layer (and dependency), cut into pieces of at most
+// the owner's MaxLoadTokens of loads, each started after the one before.
+// An operation of one transaction builds and starts them at once (submit);
+// an operation planned in slices (see slices.go) keeps each layer's
+// transfer open across its transactions, so that a long prompt still makes
+// one transfer per layer, and starts them when it is planned (startBuilt).
+// An open transfer is a transfer in flight like any other (its units are
+// marked, other operations wait on it or depend on it); it is only not
+// handed to the engine yet.
+type xferBuild struct {
+	owner     *sequence
+	capBlocks int
+	// open is, per KV layer (index kvLayer+1), the transfer that takes
+	// the layer's chains that depend on no other transfer, with the
+	// loads (blocks) it carries and its last loaded block.
+	open []openXfer
+	// prev is the last transfer made: MaxLoadTokens chains each new one
+	// after it.
+	prev *transfer
+	// made lists the transfers made, started by startBuilt.
+	made []transferID
+	// loading counts the owner's needs in flight (Plan.Loading).
+	loading int
+}
+
+// openXfer is the open transfer of one KV layer in an xferBuild.
+type openXfer struct {
+	tr        *transfer
+	loads     int
+	lastBlock int32
+}
+
+// reset empties b for an operation owned by s (nil: none), keeping its
+// buffers.
+func (b *xferBuild) reset(c *Cache, s *sequence) {
+	clear(b.open)
+	b.open = b.open[:0]
+	for range c.geom.kvLayers + 1 {
+		b.open = append(b.open, openXfer{lastBlock: -1})
+	}
+	b.owner, b.prev, b.loading = s, nil, 0
+	b.capBlocks = 0
+	if s != nil && s.maxLoadTokens > 0 {
+		b.capBlocks = max(1, s.maxLoadTokens/c.geom.blockTokens)
+	}
+	b.made = b.made[:0]
+}
+
 // submit turns the committed transaction's chains into transfers, one per
 // KV layer (and dependency; cut into pieces of at most s.maxLoadTokens
 // tokens of loads, one after the other, when it is positive), starts them
@@ -198,35 +250,63 @@ func (c *Cache) addChain(n *need, copyStart, moveStart int) {
 // the transfers that bring the units it hit. It returns how many of the
 // operation's needs are still in flight.
 func (c *Cache) submit(s *sequence) int {
+	b := &c.xfer.build
+	b.reset(c, s)
+	c.addChains(b)
+	c.startBuilt(b)
+	return b.loading
+}
+
+// newBuildTransfer makes a transfer of KV layer kvLayer for b, after the
+// one before it under MaxLoadTokens, with b's owner waiting on it.
+func (c *Cache) newBuildTransfer(b *xferBuild, kvLayer int32) *transfer {
+	tr := c.newTransfer(kvLayer)
+	if b.capBlocks > 0 && b.prev != nil {
+		c.addDep(tr, b.prev.id, false)
+	}
+	b.prev = tr
+	b.made = append(b.made, tr.id)
+	if b.owner != nil {
+		c.wait(b.owner, tr.id)
+	}
+	return tr
+}
+
+// addChains adds the committed transaction's chains to b's transfers (see
+// xferBuild), marks their units in flight, and registers b's owner as
+// waiting on the transfers that bring the units it hit.
+func (c *Cache) addChains(b *xferBuild) {
 	t := &c.tx
 	x := &c.xfer
-	loading := 0
 	c.sortChains()
-	capBlocks := 0
-	if s != nil && s.maxLoadTokens > 0 {
-		capBlocks = max(1, s.maxLoadTokens/c.geom.blockTokens)
-	}
-	var cur, prev *transfer
-	var curAfter transferID
-	loads, lastBlock := 0, int32(-1)
+	// after is the transfer of the current run of chains that read what
+	// another transfer writes, with its loads and last loaded block.
+	var after *transfer
+	var afterID transferID
+	afterLoads, afterLast := 0, int32(-1)
 	for _, ch := range x.sorted {
-		fresh := ch.load && ch.block != lastBlock
-		if cur == nil || cur.kvLayer != ch.kvLayer || curAfter != ch.after || (capBlocks > 0 && fresh && loads == capBlocks) {
-			cur, curAfter = c.newTransfer(ch.kvLayer), ch.after
-			if ch.after != 0 {
-				c.addDep(cur, ch.after, true)
+		var cur *transfer
+		if ch.after == 0 {
+			o := &b.open[ch.kvLayer+1]
+			if o.tr == nil || (b.capBlocks > 0 && ch.load && ch.block != o.lastBlock && o.loads == b.capBlocks) {
+				o.tr, o.loads, o.lastBlock = c.newBuildTransfer(b, ch.kvLayer), 0, -1
 			}
-			if capBlocks > 0 && prev != nil {
-				c.addDep(cur, prev.id, false)
+			if ch.load && ch.block != o.lastBlock {
+				o.loads++
+				o.lastBlock = ch.block
 			}
-			prev, loads, lastBlock = cur, 0, -1
-			if s != nil {
-				c.wait(s, cur.id)
+			cur = o.tr
+		} else {
+			if after == nil || after.kvLayer != ch.kvLayer || afterID != ch.after ||
+				(b.capBlocks > 0 && ch.load && ch.block != afterLast && afterLoads == b.capBlocks) {
+				after, afterID, afterLoads, afterLast = c.newBuildTransfer(b, ch.kvLayer), ch.after, 0, -1
+				c.addDep(after, ch.after, true)
 			}
-		}
-		if ch.load && ch.block != lastBlock {
-			loads++
-			lastBlock = ch.block
+			if ch.load && ch.block != afterLast {
+				afterLoads++
+				afterLast = ch.block
+			}
+			cur = after
 		}
 		base := int32(len(cur.copies)) - ch.copyStart
 		cur.copies = append(cur.copies, t.batch[ch.copyStart:ch.copyEnd]...)
@@ -240,13 +320,15 @@ func (c *Cache) submit(s *sequence) int {
 				c.units.of(m.u).storeBy = cur.id
 			default:
 				c.units.of(m.u).loadBy = cur.id
-				loading++
+				b.loading++
 			}
 		}
 	}
 	// A copy-on-write whose source this operation loads reads what that
 	// load writes: it waits for it, and fails with it. (Its chain's
-	// after could not name the load: loadBy is set above.)
+	// after could not name the load: loadBy is set above.) Only the
+	// operations of one transaction copy on write, so their transfers are
+	// the transaction's own.
 	for _, id := range t.submitted {
 		tr := x.byID[id]
 		for _, m := range tr.moves {
@@ -258,8 +340,9 @@ func (c *Cache) submit(s *sequence) int {
 			}
 		}
 	}
-	// Hits on units that other transfers bring: s waits for those too.
-	if s != nil {
+	// Hits on units that other transfers bring: the owner waits for
+	// those too.
+	if s := b.owner; s != nil {
 		for i := range t.needs {
 			n := &t.needs[i]
 			if !n.act.pinsInPlace() {
@@ -267,16 +350,20 @@ func (c *Cache) submit(s *sequence) int {
 			}
 			if id := c.units.of(n.u).loadBy; id != 0 {
 				c.wait(s, id)
-				loading++
+				b.loading++
 			}
 		}
 	}
-	for _, id := range t.submitted {
-		if tr := x.byID[id]; tr.deps == 0 {
+}
+
+// startBuilt hands b's transfers that wait for no other to the engine, in
+// the order they were made (layer order).
+func (c *Cache) startBuilt(b *xferBuild) {
+	for _, id := range b.made {
+		if tr, ok := c.xfer.byID[id]; ok && !tr.started && tr.deps == 0 {
 			c.start(tr)
 		}
 	}
-	return loading
 }
 
 // sortChains orders the transaction's chains into x.sorted by KV layer,
