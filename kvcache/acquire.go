@@ -48,6 +48,9 @@ func (c *Cache) Acquire(req Request) (_ Plan, err error) {
 	if req.MaxTokens < 0 {
 		return Plan{}, fmt.Errorf("%w: MaxTokens %d is negative", ErrInvalidRequest, req.MaxTokens)
 	}
+	if !req.Sparse && c.isLong(c.geom.numBlocks(len(req.Tokens))*c.geom.slices) {
+		return c.acquireLong(req)
+	}
 	if err := c.lock("Acquire"); err != nil {
 		return Plan{}, err
 	}

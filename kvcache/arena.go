@@ -21,6 +21,10 @@ type arena struct {
 	policy  eviction.Policy[UnitID]
 	tracked int
 	pinned  int
+	// reserved counts the slots that long operations under way were
+	// promised and have not taken yet (see slices.go): no other operation
+	// may take them.
+	reserved int
 	// txPinned marks the slots whose unit the running transaction pinned
 	// in this arena while it stays resident here: units of a lower tier
 	// being onboarded or recomputed and copy-on-write sources. Their pins
@@ -84,8 +88,10 @@ func (a *arena) capacity() int { return len(a.owner) }
 func (a *arena) evictable() int { return a.tracked - a.pinned }
 
 // available is how many slots an operation can still obtain: free ones plus
-// those an eviction could empty.
-func (a *arena) available() int { return len(a.free) + a.evictable() }
+// those an eviction could empty, less those promised to long operations
+// (reserved). An operation that holds a reservation adds its own share
+// back (see stage).
+func (a *arena) available() int { return len(a.free) + a.evictable() - a.reserved }
 
 // pop takes a free slot; ok is false when none is free.
 func (a *arena) pop() (int32, bool) {

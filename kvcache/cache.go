@@ -3,6 +3,7 @@ package kvcache
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/kvtier/kvtier/costmodel"
 	"github.com/kvtier/kvtier/eviction"
@@ -26,6 +27,16 @@ import (
 // drained in order), so a sink may call the cache.
 type Cache struct {
 	mu sync.Mutex
+	// waiting counts the callers blocked on mu: a long operation lets
+	// them in between its slices (see slices.go).
+	waiting atomic.Int32
+	// sliceUnits is the most units a step of a long operation handles,
+	// and sliceTimed whether a step also ends after sliceTime of work
+	// (tests turn it off, so that steps end at the same place in every
+	// run; see slices.go); long counts the long operations under way.
+	sliceUnits int
+	sliceTimed bool
+	long       int
 
 	// The parts, each with one job:
 	geom   *geometry // what the layout says, immutable (geometry.go)
@@ -91,6 +102,9 @@ func New(cfg Config) (*Cache, error) {
 		mover:   cfg.Mover,
 		engine:  cfg.Engine,
 		decider: cfg.Decider,
+
+		sliceUnits: defaultSliceUnits,
+		sliceTimed: true,
 	}
 	if c.engine != nil {
 		c.xfer.init()

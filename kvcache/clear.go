@@ -20,6 +20,9 @@ func (c *Cache) Clear() (err error) {
 	if len(c.seqs) > 0 {
 		return fmt.Errorf("%w: %d sequences", ErrBusy, len(c.seqs))
 	}
+	if c.long > 0 {
+		return fmt.Errorf("%w: %d long operations under way", ErrBusy, c.long)
+	}
 	if c.xfer.inFlight > 0 {
 		return fmt.Errorf("%w: %d transfers in flight; Poll once the engine has finished them", ErrBusy, c.xfer.inFlight)
 	}

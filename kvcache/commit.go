@@ -64,17 +64,7 @@ func (c *Cache) Commit(id SeqID, upTo int) (err error) {
 // It returns an error wrapping ErrUnknownSequence for an id that is not
 // live.
 func (c *Cache) Abort(id SeqID) (err error) {
-	if err := c.lock("Abort"); err != nil {
-		return err
-	}
-	defer c.unlock(&err)
-	s, err := c.lookupToChange(id)
-	if err != nil {
-		return err
-	}
-	c.end(s)
-	c.st.aborted++
-	return nil
+	return c.endSequence("Abort", id, true)
 }
 
 // commitThrough commits, in order, the private full blocks of s below
@@ -133,7 +123,7 @@ func (c *Cache) settled(s *sequence, i int, parent *radix.Node[int32]) bool {
 // unsettled reports whether a unit of block b is in flight or unwritten.
 func (c *Cache) unsettled(b int32) bool {
 	for sl := range c.geom.slices {
-		if st := c.units.of(c.units.id(b, sl)); st.busy > 0 || st.flags != 0 {
+		if st := c.units.of(c.units.id(b, sl)); st.busy > 0 || st.flags&^unitClaimed != 0 {
 			return true
 		}
 	}
@@ -224,7 +214,13 @@ func (c *Cache) chainState(s *sequence, i int) radix.State {
 // from block first to the last full one that are not recompute copies
 // (their twin is in the tree already).
 func (c *Cache) indexWriting(s *sequence, first int) {
-	full := s.tokens.len() / c.geom.blockTokens
+	c.indexWritingRange(s, first, s.tokens.len()/c.geom.blockTokens)
+}
+
+// indexWritingRange is indexWriting of the full blocks of s in [first,
+// end) (the blocks before first are indexed or committed).
+func (c *Cache) indexWritingRange(s *sequence, first, end int) {
+	full := min(end, s.tokens.len()/c.geom.blockTokens)
 	if first >= full {
 		return
 	}

@@ -107,7 +107,8 @@ func (c *Cache) freeUnit(u UnitID) {
 	}
 	c.dropBackup(u)
 	a := c.tiers.arena(t, c.poolOf(u))
-	a.remove(u, t == GPU && (st.pins > 0 || gpuHeld(st)))
+	a.remove(u, t == GPU && (st.pins > 0 || gpuHeld(st)) || t != GPU && st.flags&unitClaimed != 0)
+	st.flags &^= unitClaimed
 	a.push(st.slot)
 	c.units.place(u, Dropped, -1)
 	st.pins = 0
@@ -134,7 +135,8 @@ func (c *Cache) dropResident(u UnitID) {
 		return
 	}
 	a := c.tiers.arena(t, c.poolOf(u))
-	a.remove(u, false)
+	a.remove(u, t != GPU && st.flags&unitClaimed != 0)
+	st.flags &^= unitClaimed
 	a.push(st.slot)
 	c.dropUnit(u)
 }

@@ -180,6 +180,9 @@ func (c *Cache) checkAccounting(policies bool) error {
 			} else if st.flags&unitBacking != 0 {
 				return fmt.Errorf("unit %d: backing without a backup", u)
 			}
+			if st.flags&unitClaimed != 0 && (st.tier == GPU || st.tier == Dropped || c.long == 0) {
+				return fmt.Errorf("unit %d on %s claimed, %d long operations under way", u, st.tier, c.long)
+			}
 			switch c.units.of(u).tier {
 			case Dropped:
 				if c.units.of(u).slot != -1 || c.units.of(u).pins != 0 {
@@ -202,9 +205,9 @@ func (c *Cache) checkAccounting(policies bool) error {
 					return fmt.Errorf("unit %d on %s slot %d, owner there %d", u, t, s, a.owner[s])
 				}
 				counts[p][t].used++
-				if st.pins > 0 || st.busy > 0 || st.flags&unitUnwritten != 0 {
+				if st.pins > 0 || st.busy > 0 || st.flags&unitUnwritten != 0 || st.flags&unitClaimed != 0 {
 					// Pinned in its policy: by a sequence, a transfer,
-					// or for want of bytes.
+					// for want of bytes, or by a long Acquire's claim.
 					counts[p][t].pinned++
 				}
 			}

@@ -71,8 +71,16 @@ func (c *Cache) lock(call string) error {
 	if onStack(heldCallbacks) {
 		return fmt.Errorf("%w: %s called from a policy, Mover or Decider callback", ErrReentrant, call)
 	}
-	c.mu.Lock()
+	c.lockWait()
 	return nil
+}
+
+// lockWait takes the lock, counted among the callers waiting for it (see
+// yield).
+func (c *Cache) lockWait() {
+	c.waiting.Add(1)
+	c.mu.Lock()
+	c.waiting.Add(-1)
 }
 
 // unlock ends a call that may have changed the cache, the other half of

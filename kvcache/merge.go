@@ -57,7 +57,9 @@ func (c *Cache) mergeBlock(s *sequence, i int, n *radix.Node[int32]) {
 			// s computed the unit again: its copy below is given up,
 			// and for a router the unit was dropped and then restored.
 			a := c.tiers.arena(t, p)
-			a.remove(x, false)
+			st := c.units.of(x)
+			a.remove(x, st.flags&unitClaimed != 0) // (no transfer holds it: settled)
+			st.flags &^= unitClaimed
 			a.push(c.units.slotOf(x))
 			c.emitMove(x, t, Dropped)
 			c.emitMove(x, Dropped, GPU)

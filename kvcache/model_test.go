@@ -140,6 +140,9 @@ type modelConfig struct {
 	// of a Mover: transfers complete in random order, some fail, and the
 	// server waits for readiness before it reads or writes a unit.
 	async bool
+	// sliced gives the cache steps of 1 to 6 units (see slices.go), so
+	// that most Acquires and Releases run as long operations.
+	sliced bool
 }
 
 func constFactory(f PolicyFactory) func() PolicyFactory { return func() PolicyFactory { return f } }
@@ -344,6 +347,9 @@ func newHarness(t testing.TB, mc modelConfig, choose func(int) int) *harness {
 	}
 	h.c, err = New(cfg)
 	require.NoError(t, err)
+	if mc.sliced {
+		h.c.sliceUnits, h.c.sliceTimed = 1+choose(6), false
+	}
 	h.costArmed = true
 	for range 4 {
 		b := make([]uint32, 8+choose(18))
@@ -1161,6 +1167,30 @@ func (h *harness) expectOnlyLost(before snapshot, committing SeqID, err error) {
 	h.plans.lost += lost
 }
 
+// expectUndone checks a long Acquire that failed after its first step:
+// no sequence was made, and nothing it took is held (checkAll checks the
+// pins and every byte); its committed steps' work stays and is counted in
+// Stats, which the ledger, made of the plans of successful calls, takes
+// as it is.
+func (h *harness) expectUndone(before snapshot) {
+	h.t.Helper()
+	after := h.snapshot()
+	require.Equal(h.t, before.seqs, after.seqs, "step %d: a failed Acquire left sequences", h.steps)
+	l := &h.plans
+	b, a := before.stats, after.stats
+	l.offloads += a.Offloads - b.Offloads
+	l.onboards += a.Onboards - b.Onboards
+	l.copies += a.Copies - b.Copies
+	l.bytesMoved += a.BytesMoved - b.BytesMoved
+	l.recomputed += a.RecomputedTokens - b.RecomputedTokens
+	for i := range a.Tiers {
+		l.drops += a.Tiers[i].Drops - b.Tiers[i].Drops
+		l.lost += a.Tiers[i].Lost - b.Tiers[i].Lost
+		require.Equal(h.t, b.Tiers[i].Hits, a.Tiers[i].Hits, "step %d: a failed Acquire counted hits", h.steps)
+		require.Equal(h.t, b.Tiers[i].Misses, a.Tiers[i].Misses, "step %d: a failed Acquire counted misses", h.steps)
+	}
+}
+
 // expectOnlyCommitted asserts that an Append or Fork of sequence id that
 // failed changed nothing but its implicit commit: the sequence's tokens are
 // as before, and committing them now changes nothing more.
@@ -1261,12 +1291,22 @@ func (h *harness) step() {
 	// committing is the sequence whose Append or Fork commits implicitly:
 	// when the call fails, that commit stays (see Append).
 	var committing SeqID
+	// long says that the running operation is an Acquire planned in
+	// steps: a failure after its first step leaves what its committed
+	// steps did (see slices.go).
+	long := false
 	okErr := func(err error) bool {
 		if err == nil {
 			return true
 		}
 		if errors.Is(err, ErrPolicy) {
 			h.notePoisoned(err)
+			return false
+		}
+		if long && errors.Is(err, ErrCopyFailed) {
+			require.True(h.t, failing)
+			h.counts["long acquire failed midway"]++
+			h.expectUndone(before)
 			return false
 		}
 		if errors.Is(err, ErrCopyFailed) {
@@ -1351,6 +1391,10 @@ func (h *harness) step() {
 		adm, err := c.Admit(req)
 		require.NoError(h.t, err)
 		want, released := h.predictAcquire(req)
+		long = !sparse && c.isLong(c.geom.numBlocks(len(prompt))*c.geom.slices)
+		if long {
+			h.counts["long acquire"]++
+		}
 		p, err := c.Acquire(req)
 		if !failing && !sparse && !errors.Is(err, ErrPolicy) {
 			// Admission control predicts a dense Acquire exactly.
@@ -1360,7 +1404,7 @@ func (h *harness) step() {
 			return
 		}
 		if !sparse {
-			require.Equal(h.t, adm.NeedSlots, p.Onboarded+p.Computed)
+			require.Equal(h.t, adm.NeedSlots, p.Onboarded+p.Computed, "step %d: %+v, want %+v, long %v", h.steps, p.Counts, want, long)
 			require.Equal(h.t, adm.ReusedTokens, p.ReusedTokens)
 		}
 		q := &refSeq{keys: keys, sparse: sparse}
@@ -1845,6 +1889,34 @@ func TestModelRandomized(t *testing.T) {
 		requireMet(t, total, "victim of a partly dropped block dropped", "pruned", "mover panicked", "abort", "prefetch",
 			"backups written", "adopted", "move down below the CPU", "load from below the CPU", "commit",
 			"prompt being written by another", "truncate recompute", "recompute of a block with CPU copies")
+	})
+}
+
+// TestModelSliced runs the model-based test with steps of a few units (see
+// slices.go), so that most Acquires and Releases are long operations,
+// with a Mover and with a TransferEngine: every check of
+// TestModelRandomized holds (a long Acquire plans what one transaction
+// would), and a long Acquire that fails midway leaves no sequence and
+// nothing held.
+func TestModelSliced(t *testing.T) {
+	steps := 2000
+	if testing.Short() || raceEnabled {
+		steps = 600
+	}
+	var configs []modelConfig
+	for _, mc := range modelConfigs() {
+		mc.name, mc.sliced = mc.name+"-sliced", true
+		configs = append(configs, mc)
+		mc.name, mc.async = mc.name+"-async", true
+		configs = append(configs, mc)
+	}
+	runConfigs(t, configs, func(t *testing.T, mc modelConfig) map[string]int {
+		total, _ := runSeeds(t, mc, 200, modelSeeds(t, 2), steps, nil)
+		t.Logf("%v", total)
+		require.Positive(t, total["long acquire"], "no Acquire ran in steps")
+		return total
+	}, func(total map[string]int) {
+		requireMet(t, total, "long acquire failed midway", "recompute", "onboard")
 	})
 }
 

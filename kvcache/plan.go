@@ -131,28 +131,40 @@ func (c *Cache) fillPlan(p *Plan, s *sequence) {
 // not a use for every policy (S3-FIFO counts hits in Access only). Policies
 // known to ignore it are skipped (see tellsHits).
 func (c *Cache) countLookups() {
-	last := c.tiers.last()
 	for i := range c.tx.needs {
 		n := &c.tx.needs[i]
-		p := c.poolOf(n.u)
-		found := Dropped
-		switch n.act {
-		case actHit:
-			found = GPU
-			if a := c.tiers.arena(GPU, p); a.tellHits {
+		found := lookupTier(n)
+		if found == GPU {
+			if a := c.tiers.arena(GPU, c.poolOf(n.u)); a.tellHits {
 				a.policyAccess(n.u)
 			}
-		case actOnboard:
-			found = n.from
 		}
-		for t := GPU; t <= last; t++ {
-			a := c.tiers.arena(t, p)
-			if t == found {
-				a.hits++
-				break
-			}
-			a.misses++
+		c.countLookup(c.poolOf(n.u), found, 1)
+	}
+}
+
+// lookupTier returns the tier need n found its unit on: GPU for a hit, the
+// tier it is loaded from, or Dropped (computed, or recomputed).
+func lookupTier(n *need) Tier {
+	switch n.act {
+	case actHit:
+		return GPU
+	case actOnboard:
+		return n.from
+	}
+	return Dropped
+}
+
+// countLookup counts k lookups of units of pool p found on tier found (a
+// miss on every tier above it, a hit on it; Dropped: a miss everywhere).
+func (c *Cache) countLookup(p int, found Tier, k uint64) {
+	for t := GPU; t <= c.tiers.last(); t++ {
+		a := c.tiers.arena(t, p)
+		if t == found {
+			a.hits += k
+			return
 		}
+		a.misses += k
 	}
 }
 

@@ -20,16 +20,46 @@ import (
 // It returns an error wrapping ErrUnknownSequence for an id that is not
 // live.
 func (c *Cache) Release(id SeqID) (err error) {
-	if err := c.lock("Release"); err != nil {
+	return c.endSequence("Release", id, false)
+}
+
+// endSequence is Release and Abort (aborted): it ends live sequence id,
+// in steps when its pins exceed one (see slices.go).
+func (c *Cache) endSequence(call string, id SeqID, aborted bool) (err error) {
+	if err := c.lock(call); err != nil {
 		return err
 	}
-	defer c.unlock(&err)
 	s, err := c.lookupToChange(id)
 	if err != nil {
+		c.unlock(&err)
 		return err
 	}
+	if aborted {
+		c.st.aborted++
+	}
+	if c.longEnd(s) {
+		return c.endInSteps(call, s, &err)
+	}
 	c.end(s)
-	return nil
+	c.unlock(&err)
+	return err
+}
+
+// endInSteps ends s, whose pins exceed a step, for method call (Release,
+// Abort), which holds the lock: s is taken out now, the lock released (its
+// unlock reports *err), and its pins and references released in steps
+// (see slices.go).
+func (c *Cache) endInSteps(call string, s *sequence, err *error) error {
+	e := &ending{s: s, pinned: c.spanPins(s)}
+	c.beginEnd(e)
+	c.unlock(err)
+	if *err != nil {
+		// A breach met while taking s out: the steps still release what
+		// it held.
+		_ = c.runEnd(call, e)
+		return *err
+	}
+	return c.runEnd(call, e)
 }
 
 // end unpins and forgets sequence s (Release, Abort). Units its last
@@ -92,4 +122,94 @@ func (c *Cache) queueStepUnpins(s *sequence) {
 	slices.SortStableFunc(t.unpins, func(a, b UnitID) int {
 		return cmp.Compare(c.units.rec(b).index, c.units.rec(a).index)
 	})
+}
+
+// ending is a sequence that a long Release or Abort, or a failed long
+// Acquire, ends in steps (see slices.go): out of the live sequences from
+// the first step, its pins released from its last block to its first (as
+// end does), then its references, a slice at a time.
+type ending struct {
+	s *sequence
+	// pinned reports whether the sequence pins unit sl of block i.
+	pinned func(i, sl int) bool
+	// unpinned and unrefed count the blocks, from the last, whose pins
+	// and references are gone.
+	unpinned, unrefed int
+}
+
+// longEnd reports whether ending s takes more than one step: a dense
+// sequence whose pins exceed a step (a sparse one pins a few blocks).
+func (c *Cache) longEnd(s *sequence) bool {
+	if s.sparse || len(s.stepPins) > 0 || len(s.restored) > 0 {
+		return false
+	}
+	n := 0
+	for p, pg := range c.geom.pools {
+		n += (len(s.blocks) - int(s.pinLo[p])) * pg.unitsPerBlock
+	}
+	return c.isLong(n)
+}
+
+// spanPins returns the pinned predicate of a live sequence's ending.
+func (c *Cache) spanPins(s *sequence) func(i, sl int) bool {
+	span := s.span()
+	return func(i, sl int) bool { return span.pins(i, c.geom.poolOfSlice(sl)) }
+}
+
+// beginEnd takes e's sequence out of the live ones (Cache.mu held): its
+// waits, a commit it waited to make, what it owed, are dropped, as end
+// drops them; its pins and references go in the steps of runEnd.
+func (c *Cache) beginEnd(e *ending) {
+	s := e.s
+	c.unwait(s)
+	if c.xfer.declared != nil {
+		delete(c.xfer.declared, s)
+	}
+	s.rewrite = s.rewrite[:0]
+	if c.seqs[s.id] == s {
+		delete(c.seqs, s.id)
+	}
+	c.long++
+}
+
+// runEnd releases e's pins and references, one step at a time.
+func (c *Cache) runEnd(call string, e *ending) error {
+	for done := false; !done; {
+		if err := c.step(call, func() error { done = c.endStep(e); return nil }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// endStep releases the next slice of e's pins, from its last block, and
+// then of its references; the last step counts the long operation done
+// and reports true.
+func (c *Cache) endStep(e *ending) bool {
+	g := c.geom
+	s := e.s
+	bud := c.newBudget()
+	n := len(s.blocks)
+	for ; e.unpinned < n && (bud.units == 0 || !bud.spent()); e.unpinned++ {
+		i := n - 1 - e.unpinned
+		base := c.units.base(s.blocks[i])
+		for p := range g.pools {
+			for _, sl := range g.pools[p].slices {
+				if e.pinned(i, sl) {
+					c.unpinUnit(base | UnitID(sl))
+				}
+			}
+		}
+		bud.units += g.slices
+	}
+	for ; e.unpinned == n && e.unrefed < n && (bud.units == 0 || !bud.spent()); e.unrefed++ {
+		c.unref(s.blocks[n-1-e.unrefed], s.sparse)
+		bud.units += g.slices
+	}
+	c.statsUnchanged = false
+	if e.unrefed < n {
+		return false
+	}
+	c.long--
+	return true
 }

@@ -143,7 +143,7 @@ func (c *Cache) Stats() Stats {
 	if onStack(heldCallbacks) {
 		return c.snapshot() // this goroutine holds the lock
 	}
-	c.mu.Lock()
+	c.lockWait()
 	defer c.mu.Unlock()
 	return c.stats()
 }

@@ -147,6 +147,17 @@ type txn struct {
 	loading int
 	// recording says whether the policies were told Begin.
 	recording bool
+	// reserve is, for a step of a long operation, the GPU slots per pool
+	// still reserved for it (see slices.go), which stage may use and
+	// takes from; taken is what this step took out of it, given back if
+	// the step rolls back. Both nil otherwise.
+	reserve, taken []int
+	// arenas is the GPU arena of each pool, for unreserve.
+	arenas []*arena
+	// build, for a step of a long operation, holds the operation's
+	// transfers, which its chains join (nil: submit makes the
+	// transaction's own).
+	build *xferBuild
 	// moves and chains describe the batch for a TransferEngine (see
 	// transfers.go): what each copy does, and which copies make each
 	// need's slot ready; submitted lists the transfers made of them.
@@ -172,12 +183,26 @@ func (t *txn) reset() {
 	t.chains = t.chains[:0]
 	t.submitted = t.submitted[:0]
 	t.seq, t.owner, t.loading = nil, nil, 0
+	t.reserve, t.taken, t.build = nil, nil, nil
 	t.open = false
 	t.recording = false
 	t.executing, t.committing, t.moverExited = false, false, false
 }
 
 func (t *txn) log(r undoRec) { t.undo = append(t.undo, r) }
+
+// unreserve gives back to the reservation what the step took out of it
+// (the step is rolled back).
+func (t *txn) unreserve() {
+	if t.taken == nil {
+		return
+	}
+	for p, n := range t.taken {
+		t.reserve[p] += n
+		t.arenas[p].reserved += n
+		t.taken[p] = 0
+	}
+}
 
 // begin opens the transaction of an operation on sequence s (nil for one
 // the operation creates).
@@ -372,7 +397,15 @@ func (c *Cache) execute() error {
 		}
 	}
 	c.commit()
-	if c.engine != nil {
+	switch {
+	case c.engine == nil:
+	case t.build != nil:
+		// A step of a long operation: its chains join the operation's
+		// open transfers, started when it is planned.
+		before := t.build.loading
+		c.addChains(t.build)
+		t.loading = t.build.loading - before
+	default:
 		t.loading = c.submit(t.owner)
 	}
 	return nil
@@ -381,7 +414,7 @@ func (c *Cache) execute() error {
 // pinResident pins u where it is, in tier t's arena of pool p, for the
 // running transaction.
 func (c *Cache) pinResident(u UnitID, t Tier, p int) {
-	c.tiers.arena(t, p).pinResident(u, c.units.slotOf(u), c.units.of(u).busy == 0)
+	c.tiers.arena(t, p).pinResident(u, c.units.slotOf(u), !lowerHeld(c.units.of(u)))
 	c.tx.log(undoRec{kind: undoPinResident, tier: t, pool: int32(p), u: u})
 }
 
@@ -437,9 +470,23 @@ func (c *Cache) stage() error {
 		st.pins++
 	}
 	for p := range np {
-		// A unit that becomes pinned is one evictable unit fewer.
-		if a := c.tiers.arena(GPU, p).available() - gained[p]; need[p] > a {
+		// A unit that becomes pinned is one evictable unit fewer. A long
+		// operation's step may use what was reserved for it.
+		a := c.tiers.arena(GPU, p).available() - gained[p]
+		if t.reserve != nil {
+			a += t.reserve[p]
+		}
+		if need[p] > a {
 			return fmt.Errorf("%w: GPU pool %d needs %d slots, %d free or evictable", ErrNoSpace, p, need[p], a)
+		}
+	}
+	if t.reserve != nil {
+		// What the step takes comes out of its reservation first.
+		for p := range np {
+			take := min(t.reserve[p], need[p]+gained[p])
+			t.reserve[p] -= take
+			c.tiers.arena(GPU, p).reserved -= take
+			t.taken[p] += take
 		}
 	}
 	return nil
@@ -461,6 +508,7 @@ func (c *Cache) unstage() {
 		c.units.of(u).pins++
 	}
 	t.crossings = t.crossings[:0]
+	t.unreserve()
 }
 
 // beginPolicies starts a transaction in every policy that can roll back.
@@ -628,7 +676,10 @@ func (c *Cache) isVictim(a *arena, v UnitID) bool {
 		return false
 	}
 	st := c.units.of(v)
-	return !a.txPinned[s] && st.busy == 0 && (a.tier != GPU || (st.pins == 0 && st.flags&unitUnwritten == 0))
+	if a.tier != GPU {
+		return !a.txPinned[s] && !lowerHeld(st)
+	}
+	return !a.txPinned[s] && st.busy == 0 && st.pins == 0 && st.flags&unitUnwritten == 0
 }
 
 // isBackupVictim reports whether v, returned by the Evict of a's policy,
@@ -653,7 +704,7 @@ func (c *Cache) undoOne(r undoRec) {
 	case undoUnpin:
 		c.pinUnit(r.u)
 	case undoPinResident:
-		c.tiers.arena(r.tier, int(r.pool)).unpinResident(r.u, c.units.slotOf(r.u), c.units.of(r.u).busy == 0)
+		c.tiers.arena(r.tier, int(r.pool)).unpinResident(r.u, c.units.slotOf(r.u), !lowerHeld(c.units.of(r.u)))
 	case undoSlot:
 		a := c.tiers.arena(r.tier, int(r.pool))
 		if r.u == noUnit {
@@ -727,6 +778,7 @@ func (c *Cache) rollback() {
 	// again, pins undone by Unpin), which may reorder them.
 	c.tiers.each(func(a *arena) { a.replaying = t.recording && a.txPolicy != nil && a.broken == nil })
 	t.recording = false
+	t.unreserve()
 	for i := len(t.undo) - 1; i >= 0; i-- {
 		c.undoOne(t.undo[i])
 	}
@@ -829,6 +881,10 @@ func (c *Cache) commit() {
 		case actOnboard, actRecompute:
 			a := c.tiers.arena(n.from, p)
 			s := c.units.slotOf(n.u)
+			// A claim on the unit ends: its pin, if it held it, is the
+			// move's to release (removed below, or held by the transfer
+			// that reads the slot).
+			c.units.of(n.u).flags &^= unitClaimed
 			if async && n.act == actOnboard {
 				// The load reads its slot below until it is done: the
 				// unit stays there, pinned (finishLoad frees it).
@@ -887,7 +943,7 @@ func (c *Cache) commit() {
 		case tp.tier == GPU:
 			c.unpinUnit(tp.u)
 		default:
-			c.tiers.arena(tp.tier, c.poolOf(tp.u)).unpinResident(tp.u, c.units.slotOf(tp.u), c.units.of(tp.u).busy == 0)
+			c.tiers.arena(tp.tier, c.poolOf(tp.u)).unpinResident(tp.u, c.units.slotOf(tp.u), !lowerHeld(c.units.of(tp.u)))
 		}
 	}
 	t.undo = t.undo[:0]

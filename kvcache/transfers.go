@@ -642,6 +642,7 @@ func (c *Cache) finishDown(m move, err error) {
 			// another unit: it is dropped.
 			da.remove(m.u, true)
 			da.push(m.slot)
+			st.flags &^= unitClaimed // a claim inherited the transfer's pin
 			c.units.rec(m.u).held--
 			c.emitMove(m.u, to, Dropped)
 			c.dropUnit(m.u)
@@ -768,7 +769,7 @@ func (c *Cache) unhold(u UnitID) {
 			c.dropUnwritten(u)
 		case st.tier == GPU && st.pins == 0:
 			c.tiers.arena(GPU, c.poolOf(u)).unpin(u)
-		case st.tier != GPU && st.tier != Dropped:
+		case st.tier != GPU && st.tier != Dropped && st.flags&unitClaimed == 0:
 			c.tiers.arena(st.tier, c.poolOf(u)).unpin(u)
 		}
 	}

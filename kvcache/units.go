@@ -107,7 +107,19 @@ const (
 	// detached the block): it is given up when written.
 	unitBacking
 	unitBackupVoid
+	// unitClaimed: a unit on a tier below the GPU that a long Acquire
+	// will load keeps its slot there, pinned in its policy, until the
+	// Acquire's step for its block (see slices.go): victims the earlier
+	// steps move down do not evict it. The claim holds the policy's pin
+	// while no transfer does (lowerHeld); whatever takes the unit off
+	// its tier (a load, a recompute, a merge, a drop) ends the claim.
+	unitClaimed
 )
+
+// lowerHeld reports whether st, a unit on a tier below the GPU, stays
+// pinned in its policy whatever the running transaction does: a transfer
+// holds it, or a long Acquire claims it.
+func lowerHeld(st *unitState) bool { return st.busy > 0 || st.flags&unitClaimed != 0 }
 
 // blockRec is the cache's record of one token block: its node in the prefix
 // tree (nil for a sequence's private block, which is partial, uncommitted or

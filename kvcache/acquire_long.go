@@ -1,0 +1,464 @@
+package kvcache
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/kvtier/kvtier/radix"
+)
+
+// longAcquire is a dense Acquire planned in steps (see slices.go): the
+// sequence it builds, the prefix it matched, and how far each phase got.
+type longAcquire struct {
+	req Request
+	s   *sequence
+	// nodes is the matched prefix, every node referenced by s; blocks
+	// holds s's blocks as they will be (a matched block replaced by a
+	// recompute copy when it lacks a unit), filled in as steps commit.
+	nodes   []*radix.Node[int32]
+	matched int
+	nb      int
+	writing int
+	// claimed is the next matched block whose GPU units phase 1 pins;
+	// prepinned marks, by block×slices+slice, the units it pinned.
+	claimed   int
+	prepinned []uint64
+	// need counts, per pool, the GPU slots phase 3 takes, as phase 1
+	// found them; reserve is what is still reserved of it, taken the
+	// running step's share (see txn.reserve).
+	need, reserve, taken []int
+	reserved            bool
+	// placed is the next block phase 3 plans; unmark lists the units
+	// (block×slices+slice) of matched blocks the running step replaces by
+	// recompute copies, whose claims it gives back.
+	placed int
+	unmark []int
+	build  xferBuild
+	// lookups counts the units found on each tier (index: pool×
+	// (MaxTiers+1) + tier), and hits lists the GPU hits a policy that
+	// counts them is told of (Access): both at the end, since a failed
+	// Acquire reports no lookup.
+	lookups []uint64
+	hits    []UnitID
+	// told counts the hits told so far, by finish's steps.
+	told int
+	// What the plan reports, summed over the steps.
+	counts     Counts
+	executed   []Copy
+	fresh      []int
+	recomputed int
+	loading    int
+}
+
+// acquireLong is Acquire of a dense request whose units exceed a step (see
+// slices.go). The request is valid.
+func (c *Cache) acquireLong(req Request) (Plan, error) {
+	op := &longAcquire{req: req}
+	if err := c.step("Acquire", op.start(c)); err != nil {
+		return Plan{}, err
+	}
+	err := op.run(c)
+	for err == nil && op.told < len(op.hits) {
+		err = c.step("Acquire", op.tell(c))
+	}
+	if err != nil {
+		if uerr := op.undo(c); uerr != nil && c.poisoned == nil {
+			err = fmt.Errorf("%w; undoing it: %w", err, uerr)
+		}
+		return Plan{}, err
+	}
+	var plan Plan
+	err = c.step("Acquire", func() error {
+		plan = op.finish(c)
+		return nil
+	})
+	return plan, err
+}
+
+// run takes op through its phases after the start, one step at a time.
+func (op *longAcquire) run(c *Cache) error {
+	for op.claimed < op.matched {
+		if err := c.step("Acquire", op.claim(c)); err != nil {
+			return err
+		}
+	}
+	if err := c.step("Acquire", op.reserveSlots(c)); err != nil {
+		return err
+	}
+	for op.placed < op.nb {
+		if err := c.step("Acquire", op.place(c)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// start matches the prompt and references its cached prefix, in the
+// first step.
+func (op *longAcquire) start(c *Cache) func() error {
+	return func() error {
+		if c.poisoned != nil {
+			return c.poisoned
+		}
+		req := &op.req
+		keys, nodes, err := c.match(req)
+		if err != nil {
+			return err
+		}
+		s := &sequence{keys: keys, extra: slices.Clone(req.Extra), maxLoadTokens: req.MaxLoadTokens}
+		if req.Priorities != nil {
+			p := *req.Priorities
+			p.Ranges = slices.Clone(p.Ranges)
+			s.prio = &p
+		}
+		s.promptBlocks = c.geom.numBlocks(len(req.Tokens))
+		if req.MaxTokens > len(req.Tokens) {
+			s.tables.reserve(c.geom.slices, c.geom.numBlocks(req.MaxTokens))
+		}
+		s.tokens = newTokenList(c.geom.blockTokens)
+		s.tokens.append(req.Tokens...)
+		op.s = s
+		op.nodes = slices.Clone(nodes)
+		op.matched, op.nb = len(nodes), s.promptBlocks
+		op.writing = c.beingWritten(c.matchState(keys, nodes), req.Tokens, s.extra, op.matched)
+		op.prepinned = make([]uint64, (op.matched*c.geom.slices+63)/64)
+		np := len(c.geom.pools)
+		op.need, op.reserve, op.taken = make([]int, np), make([]int, np), make([]int, np)
+		op.lookups = make([]uint64, np*(MaxTiers+1))
+		op.build.reset(c, s)
+		c.begin(nil)
+		for _, n := range nodes {
+			// Referenced before anything else so that no collection can
+			// forget a matched block; a recomputed block keeps the
+			// reference as its copy's twin.
+			c.ref(n.Value, false)
+			s.blocks = append(s.blocks, n.Value)
+		}
+		s.firstPrivate = op.matched
+		c.long++
+		return nil
+	}
+}
+
+// claim is a phase 1 step: it pins the GPU units of the next whole
+// matched blocks (hits) and counts what the others need.
+func (op *longAcquire) claim(c *Cache) func() error {
+	return func() error {
+		if c.poisoned != nil {
+			return c.poisoned
+		}
+		g := c.geom
+		c.begin(nil)
+		c.tx.owner = op.s
+		op.stepFrame(c)
+		bud := c.newBudget()
+		for first := op.claimed; op.claimed < op.matched && (op.claimed == first || !bud.spent()); op.claimed++ {
+			i := op.claimed
+			b := op.nodes[i].Value
+			whole := c.whole(b)
+			base := c.units.base(b)
+			for sl := range g.slices {
+				u := base | UnitID(sl)
+				p := g.slicePool[sl]
+				st := c.units.of(u)
+				if !whole || st.tier != GPU {
+					op.need[p]++ // a slot: loaded, or computed
+					if whole && st.flags&unitClaimed == 0 {
+						// Kept where it is until its block's step.
+						st.flags |= unitClaimed
+						if st.busy == 0 {
+							c.tiers.arena(st.tier, int(p)).pin(u)
+						}
+					}
+					continue
+				}
+				c.addNeed(u)
+				op.prepinned[(i*g.slices+sl)/64] |= 1 << ((i*g.slices + sl) % 64)
+			}
+			bud.units += g.slices
+		}
+		if err := c.execute(); err != nil {
+			return err
+		}
+		op.record(c)
+		return nil
+	}
+}
+
+// reserveSlots is phase 2: the slots the rest of the prompt needs are
+// checked and reserved (see slices.go).
+func (op *longAcquire) reserveSlots(c *Cache) func() error {
+	return func() error {
+		if c.poisoned != nil {
+			return c.poisoned
+		}
+		g := c.geom
+		for p, pg := range g.pools {
+			op.need[p] += (op.nb - op.matched) * pg.unitsPerBlock
+		}
+		for p := range g.pools {
+			if a := c.tiers.arena(GPU, p).available(); op.need[p] > a {
+				return fmt.Errorf("%w: GPU pool %d needs %d slots, %d free or evictable", ErrNoSpace, p, op.need[p], a)
+			}
+		}
+		for p := range g.pools {
+			op.reserve[p] = op.need[p]
+			c.tiers.arena(GPU, p).reserved += op.need[p]
+		}
+		op.reserved = true
+		return nil
+	}
+}
+
+// place is a phase 3 step: the next blocks get their slots.
+func (op *longAcquire) place(c *Cache) func() error {
+	return func() error {
+		if c.poisoned != nil {
+			return c.poisoned
+		}
+		g := c.geom
+		s := op.s
+		c.begin(nil)
+		c.tx.owner = s
+		op.stepFrame(c)
+		bud := c.newBudget()
+		first := op.placed
+		fresh := c.scratch.fresh[:0]
+		op.unmark = op.unmark[:0]
+		end := first
+		for ; end < op.nb && (end == first || !bud.spent()); end++ {
+			i := end
+			start := len(c.tx.needs)
+			if i < op.matched {
+				b := op.nodes[i].Value
+				if c.whole(b) {
+					base := c.units.base(b)
+					for sl := range g.slices {
+						if !op.pinnedAt(c, i, sl) {
+							c.addNeed(base | UnitID(sl))
+						}
+					}
+				} else {
+					// It lost a unit since it was matched: recomputed
+					// whole into a private copy, its claimed units
+					// given back.
+					base := c.units.base(b)
+					for sl := range g.slices {
+						if op.pinnedAt(c, i, sl) {
+							c.tx.unpins = append(c.tx.unpins, base|UnitID(sl))
+							op.unmark = append(op.unmark, i*g.slices+sl)
+						}
+					}
+					cp := c.recomputeCopy(b, false)
+					s.blocks[i] = cp
+					for sl := range g.slices {
+						c.addNeed(c.units.id(cp, sl))
+					}
+				}
+			} else {
+				prio, dur := c.priority(s, i)
+				b := c.newBlock(i, s.chunks(op.nb), prio, dur)
+				c.ref(b, false)
+				s.blocks = append(s.blocks, b)
+				for sl := range g.slices {
+					c.addNeed(c.units.id(b, sl))
+				}
+			}
+			if needs := c.tx.needs[start:]; freshIn(needs) {
+				fresh = append(fresh, i)
+				recomputeBlock(needs)
+			}
+			bud.units += g.slices
+		}
+		c.scratch.fresh = fresh
+		if err := c.execute(); err != nil {
+			// The step's blocks were never s's: the rollback freed the
+			// new records and the copies' references.
+			s.blocks = s.blocks[:min(len(s.blocks), max(first, op.matched))]
+			for i := first; i < min(end, op.matched); i++ {
+				s.blocks[i] = op.nodes[i].Value
+			}
+			return err
+		}
+		op.placed = end
+		op.unclaim(c, first, min(end, op.matched))
+		for _, k := range op.unmark {
+			op.prepinned[k/64] &^= 1 << (k % 64)
+		}
+		c.indexWritingRange(s, max(first, op.matched), end)
+		for _, i := range fresh {
+			op.fresh = append(op.fresh, i)
+			if i < op.matched {
+				s.firstPrivate = min(s.firstPrivate, i) // a recompute copy
+				op.recomputed += min((i+1)*g.blockTokens, len(op.req.Tokens)) - i*g.blockTokens
+			}
+		}
+		op.record(c)
+		return nil
+	}
+}
+
+// unclaim ends the claims left on the units of matched blocks [from, to)
+// (see unitClaimed): their step loaded the others, or recomputes their
+// block.
+func (op *longAcquire) unclaim(c *Cache, from, to int) {
+	for i := from; i < to; i++ {
+		base := c.units.base(op.nodes[i].Value)
+		for sl := range c.geom.slices {
+			u := base | UnitID(sl)
+			if st := c.units.of(u); st.flags&unitClaimed != 0 {
+				st.flags &^= unitClaimed
+				if st.busy == 0 {
+					c.tiers.arena(st.tier, c.poolOf(u)).unpin(u)
+				}
+			}
+		}
+	}
+}
+
+// freshIn reports whether a block whose needs are needs gets a unit to
+// compute (it is then recomputed whole, see recomputeBlock).
+func freshIn(needs []need) bool {
+	for i := range needs {
+		if a := needs[i].act; a == actFresh || a == actRewrite {
+			return true
+		}
+	}
+	return false
+}
+
+// stepFrame sets up the running transaction as a step of op: it may use
+// op's reservation, and its chains join op's transfers.
+func (op *longAcquire) stepFrame(c *Cache) {
+	t := &c.tx
+	t.build = &op.build
+	if op.reserved {
+		clear(op.taken)
+		t.reserve, t.taken = op.reserve, op.taken
+		if len(t.arenas) != len(c.geom.pools) {
+			t.arenas = t.arenas[:0]
+			for p := range c.geom.pools {
+				t.arenas = append(t.arenas, c.tiers.arena(GPU, p))
+			}
+		}
+	}
+}
+
+// record adds the committed step's work to op's plan: counts, copies,
+// lookups, loads in flight, and s's block tables.
+func (op *longAcquire) record(c *Cache) {
+	k := c.countUnits()
+	op.counts.Hits += k.Hits
+	op.counts.Onboarded += k.Onboarded
+	op.counts.Copied += k.Copied
+	op.counts.Computed += k.Computed
+	op.counts.Offloaded += k.Offloaded
+	op.counts.Dropped += k.Dropped
+	op.executed = append(op.executed, c.tx.batch...)
+	op.loading += c.tx.loading
+	for i := range c.tx.needs {
+		n := &c.tx.needs[i]
+		p := c.poolOf(n.u)
+		found := lookupTier(n)
+		op.lookups[p*(MaxTiers+1)+int(found)]++
+		if found == GPU && c.tiers.arena(GPU, p).tellHits {
+			op.hits = append(op.hits, n.u)
+		}
+	}
+	c.syncTables(op.s)
+}
+
+// tell is a step of the end of a long Acquire: it reports the next slice
+// of the Acquire's hits to a policy that counts them (see countLookups).
+func (op *longAcquire) tell(c *Cache) func() error {
+	return func() error {
+		bud := c.newBudget()
+		for ; op.told < len(op.hits) && (bud.units == 0 || !bud.spent()); op.told++ {
+			u := op.hits[op.told]
+			if c.units.current(u, c.geom.slices) && c.units.tierOf(u) == GPU {
+				c.tiers.arena(GPU, c.poolOf(u)).policyAccess(u)
+			}
+			bud.units++
+		}
+		return nil
+	}
+}
+
+// pinnedAt reports whether phase 1 pinned unit sl of matched block i.
+func (op *longAcquire) pinnedAt(c *Cache, i, sl int) bool {
+	k := i*c.geom.slices + sl
+	return op.prepinned[k/64]&(1<<(k%64)) != 0
+}
+
+// finish is the last step: the reservation left over is given back, the
+// transfers start, and the sequence becomes live with its plan.
+func (op *longAcquire) finish(c *Cache) Plan {
+	op.release(c)
+	c.startBuilt(&op.build)
+	s := op.s
+	B := c.geom.blockTokens
+	n := len(op.req.Tokens)
+	s.pinLo = c.wantLo(nil, false, 0)
+	c.register(s)
+	plan := Plan{Seq: s.id, Tokens: n, BeingWrittenTokens: op.writing, Counts: op.counts, Loading: op.loading}
+	s.executed = append(s.executed[:0], op.executed...)
+	if len(s.executed) > 0 {
+		plan.Executed = s.executed
+	}
+	compute := s.compute[:0]
+	for _, i := range op.fresh {
+		compute = addRange(compute, i*B, min((i+1)*B, n))
+	}
+	compute = addRange(compute, op.matched*B, n)
+	s.compute = compute
+	plan.Compute, plan.RecomputeTokens = compute, op.recomputed
+	plan.ReusedTokens = n
+	for _, r := range compute {
+		plan.ReusedTokens -= r.Len()
+	}
+	c.st.recomputed += int64(op.recomputed)
+	for p := range c.geom.pools {
+		for t := Dropped; t <= c.tiers.last(); t++ {
+			if k := op.lookups[p*(MaxTiers+1)+int(t)]; k > 0 {
+				c.countLookup(p, t, k)
+			}
+		}
+	}
+	c.long--
+	c.statsUnchanged = false
+	return plan
+}
+
+// release gives back what is left of op's reservation.
+func (op *longAcquire) release(c *Cache) {
+	if !op.reserved {
+		return
+	}
+	for p, n := range op.reserve {
+		c.tiers.arena(GPU, p).reserved -= n
+		op.reserve[p] = 0
+	}
+	op.reserved = false
+}
+
+// undo ends a long Acquire that failed after its first step, as an
+// Abort of its sequence would (see slices.go): the reservation is given
+// back, the transfers its steps planned start (their slots are taken),
+// and the pins and references it holds are released.
+func (op *longAcquire) undo(c *Cache) error {
+	e := &ending{s: op.s, pinned: func(i, sl int) bool {
+		return i < op.placed || (i < op.matched && op.pinnedAt(c, i, sl))
+	}}
+	err := c.step("Acquire", func() error {
+		op.release(c)
+		op.unclaim(c, op.placed, op.matched)
+		c.startBuilt(&op.build)
+		c.long--
+		c.beginEnd(e)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return c.runEnd("Acquire", e)
+}

@@ -1,0 +1,122 @@
+package kvcache
+
+import (
+	"runtime"
+	"time"
+)
+
+// Long operations run in slices. Every call holds the cache's lock while
+// it plans, and a plan costs per unit (a policy call or three, the unit's
+// state, its copy): an Acquire of a 32k-token prompt paged per layer moves
+// 57,344 units and held the lock for tens of milliseconds, stalling every
+// other sequence's Append, BlockTables and Stats behind it. So an
+// operation whose work exceeds a slice (Cache.sliceUnits units, or
+// sliceTime of work) runs as a series of steps, each an ordinary
+// transaction under the lock (all or nothing, with its own rollback), and
+// releases the lock between them, first letting in the callers that wait
+// for it (yield).
+//
+// What another caller can observe between the steps of a long operation
+// is the steps committed so far, as for any finished call: Stats counts
+// them, the event sink hears of them, victims have left. The sequence a
+// long Acquire creates is invisible (no SeqID yet) until its last step;
+// one that Release ends is gone from the first. A long Commit shows the
+// blocks it committed so far in the prefix tree, as a chunked prefill
+// does; other calls on its sequence wait for it to finish (waitIdle).
+//
+// A long dense Acquire is planned in three phases:
+//
+//  1. claim: the prompt's cached prefix is matched and referenced, and
+//     the units of its whole blocks that are on the GPU are pinned, a
+//     slice at a time. Pinning them first keeps the later phases from
+//     evicting the prompt's own hits, as one transaction would.
+//  2. reserve: the GPU slots the rest of the prompt needs (its units on
+//     lower tiers, and every unit of the blocks to compute) are counted
+//     against what each pool can supply, less what other long operations
+//     have reserved: ErrNoSpace here ends the Acquire with nothing taken
+//     but its claims, which are released. Otherwise the slots are
+//     reserved: no other operation can take them (their capacity check
+//     counts reservations out), so the steps that take them cannot run
+//     out of room, whatever runs between them.
+//  3. place: a slice of blocks at a time, units get GPU slots (evicting,
+//     loading, moving victims down), exactly as one transaction would
+//     place them; with a TransferEngine their copies join one open
+//     transfer per KV layer, started when the last step is planned, so a
+//     long prompt makes as many transfers as a short one.
+//
+// A step that fails after the first (a Mover's error, a policy's breach)
+// is rolled back like any transaction, and the Acquire is undone as if
+// the server had aborted its sequence: every pin and reference it took is
+// released, so nothing is left half-done, but what its committed steps
+// did stays done (victims that moved down stay there, units it loaded
+// stay cached, Stats counts them). A one-step Acquire leaves the cache
+// unchanged on failure, as before.
+//
+// The plan is computed as one transaction would, so chunked prefill meets
+// it as before: the server computes Plan.Compute in chunks and commits
+// after each; with a TransferEngine it can start on the first layers as
+// soon as Acquire returns, since each layer's transfer starts then.
+
+// defaultSliceUnits is Cache.sliceUnits unless a test sets it: the most
+// units one step of a long operation handles.
+const defaultSliceUnits = 1024
+
+// sliceTime is the most work one step does (checked between blocks, so a
+// step handles at least one block): with about 0.3 to 1 µs of planning per
+// unit, 50 µs keeps the longest hold of the lock near 100 µs.
+const sliceTime = 50 * time.Microsecond
+
+// yieldRounds bounds how many times a long operation yields, between two
+// steps, to callers waiting for the lock.
+const yieldRounds = 64
+
+// yield lets the callers that wait for the lock have it before a long
+// operation takes its next step (the lock is not held). Go's mutex wakes
+// one waiter when it is unlocked, but a goroutine that runs and locks it
+// again gets it first (until a waiter has waited 1 ms, when the mutex
+// turns fair), so without this a long operation would starve the calls it
+// is sliced for. A woken waiter runs next on this goroutine's processor,
+// so one Gosched per waiter is usually enough.
+func (c *Cache) yield() {
+	for i := 0; i < yieldRounds && c.waiting.Load() > 0; i++ {
+		runtime.Gosched()
+	}
+}
+
+// step runs f as one step of long operation call: under the lock, in the
+// frame of every mutating method (f begins and executes its transaction;
+// unlock commits or rolls it back and delivers the step's events), then
+// lets the callers waiting for the lock in.
+func (c *Cache) step(call string, f func() error) (err error) {
+	if err := c.lock(call); err != nil {
+		return err
+	}
+	func() {
+		defer c.unlock(&err)
+		err = f()
+	}()
+	c.yield()
+	return err
+}
+
+// budget measures one step's work: it is spent when the step has handled
+// sliceUnits units or worked sliceTime (time is read once per block).
+type budget struct {
+	units, max int
+	start      time.Time
+	timed      bool
+}
+
+// newBudget starts a step's budget.
+func (c *Cache) newBudget() budget {
+	return budget{max: c.sliceUnits, start: time.Now(), timed: c.sliceTimed}
+}
+
+// spent reports whether the step should end after the units it has
+// handled so far (at least one block's: the caller asks between blocks).
+func (b *budget) spent() bool {
+	return b.units >= b.max || (b.timed && time.Since(b.start) >= sliceTime)
+}
+
+// long reports whether an operation on n units runs in slices.
+func (c *Cache) isLong(n int) bool { return n > c.sliceUnits }
