@@ -98,6 +98,19 @@ func (b *inbox) push(id transferID, err error) {
 	}
 }
 
+// poke signals the waiters and the consumer as a finish does, without a
+// report: the cache has finished transfers left to apply (see poll).
+func (b *inbox) poke() {
+	b.mu.Lock()
+	close(b.changed)
+	b.changed = make(chan struct{})
+	b.mu.Unlock()
+	select {
+	case b.signal <- struct{}{}:
+	default:
+	}
+}
+
 // ready reports whether a transfer may have finished since the last take.
 func (b *inbox) ready() bool { return b.has.Load() }
 

@@ -245,7 +245,9 @@ func (c *Cache) checkAccounting(policies bool) error {
 		if tr.done {
 			continue
 		}
-		for _, m := range tr.moves {
+		// (The moves of a finished transfer that poll applied already
+		// are over.)
+		for _, m := range tr.moves[tr.applied:] {
 			if m.kind != moveLoad {
 				continue
 			}

@@ -1103,7 +1103,7 @@ func (h *harness) expectUnchanged(before snapshot, err error, sentinels ...error
 		matched = matched || errors.Is(err, s)
 	}
 	require.True(h.t, matched, "step %d: error %v is none of %v", h.steps, err, sentinels)
-	h.requireSameState(before, fmt.Sprintf("failed op: %v", err))
+	h.requireSameState(before, fmt.Sprintf("failed op %d: %v", h.op, err))
 }
 
 // requireSameState asserts that the state is as in before; why names the
@@ -1165,6 +1165,15 @@ func (h *harness) expectOnlyLost(before snapshot, committing SeqID, err error) {
 	}
 	// The ledger does not see these drops (no plan reports them).
 	h.plans.lost += lost
+}
+
+// settleAsync, with an engine, applies every finished transfer (see
+// settle) before the harness takes the state a failed call must leave as
+// it is.
+func (h *harness) settleAsync() {
+	if h.engine != nil {
+		h.settle()
+	}
 }
 
 // expectUndone checks a long Acquire that failed after its first step:
@@ -1280,6 +1289,7 @@ func (h *harness) step() {
 			if !h.await(id) {
 				return false
 			}
+			h.settleAsync()
 			before, partly, pinnedBefore = h.snapshot(), h.partlyDropped(), h.pinnedSlots()
 		}
 		return true
@@ -1460,6 +1470,7 @@ func (h *harness) step() {
 			if !okErr(c.Commit(id, len(q.tokens))) {
 				return
 			}
+			h.settleAsync()
 			before, partly, pinnedBefore = h.snapshot(), h.partlyDropped(), h.pinnedSlots()
 			h.counts["commit before append"]++
 		} else {

@@ -95,6 +95,13 @@ type transfer struct {
 	done    bool
 	// failed lists the units whose bytes did not arrive.
 	failed []UnitID
+	// applying says that the engine finished the transfer and poll is
+	// applying its moves (applied of them so far), with err, or errs per
+	// copy, as the engine reported them (see beginFinish).
+	applying bool
+	applied  int32
+	err      error
+	errs     []error
 	// waiters lists the sequences that wait on the transfer (it is in
 	// their waits until it finishes; then its failures move to their
 	// failed lists and it is forgotten).
@@ -135,6 +142,9 @@ type transfers struct {
 	// build is the transfers an operation of one transaction makes
 	// (submit).
 	build xferBuild
+	// applying lists the transfers the engine finished whose moves poll
+	// is applying, oldest first.
+	applying []*transfer
 }
 
 func (x *transfers) init() {
@@ -536,54 +546,91 @@ func removeOne[T comparable](xs []T, x T) []T {
 }
 
 // poll applies the transfers the engine has finished (Cache.mu held, no
-// transaction open) and returns how many.
+// transaction open), at most a step's worth of their moves per call (a
+// layer's share of a long prompt is thousands: see slices.go), and
+// returns how many transfers it finished applying. A transfer is done
+// once all its moves are applied: until then it is in flight for every
+// other purpose (its units are, sequences wait on it, transfers made
+// meanwhile depend on it). When moves remain, the inbox signals again
+// (Completed, WaitReady), so that the next call goes on.
 func (c *Cache) poll() int {
 	x := &c.xfer
-	if x.byID == nil || !x.inbox.ready() {
+	if x.byID == nil {
 		return 0
 	}
-	n := 0
-	for {
-		x.scratch = x.inbox.take(x.scratch[:0])
-		if len(x.scratch) == 0 {
-			break
-		}
-		for _, f := range x.scratch {
-			if tr, ok := x.byID[f.id]; ok && tr.started && !tr.done {
-				c.finish(tr, f.err)
-				n++
+	n, budget := 0, c.applyBudget()
+	for budget > 0 {
+		// (Applying a transfer may start another that an engine
+		// completes at once: the inbox is taken again each round.)
+		if x.inbox.ready() {
+			x.scratch = x.inbox.take(x.scratch[:0])
+			for _, f := range x.scratch {
+				if tr, ok := x.byID[f.id]; ok && tr.started && !tr.done && !tr.applying {
+					c.beginFinish(tr, f.err)
+				}
 			}
 		}
+		if len(x.applying) == 0 {
+			break
+		}
+		c.statsUnchanged = false
+		tr := x.applying[0]
+		budget -= c.applyMoves(tr, budget)
+		if int(tr.applied) < len(tr.moves) {
+			break
+		}
+		x.applying[0] = nil
+		x.applying = x.applying[1:]
+		c.endFinish(tr)
+		n++
+	}
+	if len(x.applying) > 0 {
+		x.inbox.poke()
+	} else {
+		x.applying = x.applying[:0:0]
 	}
 	return n
 }
 
-// finish applies finished transfer tr: its success, or the compensation
-// of its failure (see the top of this file), then starts or fails the
-// transfers that waited for it.
-func (c *Cache) finish(tr *transfer, err error) {
-	x := &c.xfer
-	tr.done = true
-	x.inFlight--
-	// errs, when not nil, holds each copy's error (the engine reported
-	// them); else err is every copy's.
-	var errs []error
+// applying reports whether poll has finished transfers left to apply
+// (Cache.mu held): moves of those it began, or reports it has not taken.
+func (c *Cache) applying() bool {
+	return len(c.xfer.applying) > 0 || c.xfer.byID != nil && c.xfer.inbox.ready()
+}
+
+// applyBudget is the most moves one call applies (see poll).
+func (c *Cache) applyBudget() int { return c.sliceUnits }
+
+// beginFinish queues finished transfer tr (err: what the engine reported)
+// to be applied: its error, or each copy's when the engine reported them
+// (CopyErrors), is kept for its moves.
+func (c *Cache) beginFinish(tr *transfer, err error) {
+	tr.applying = true
 	var ce CopyErrors
 	switch {
 	case !errors.As(err, &ce):
 	case len(ce) == len(tr.copies):
 		if err = ce.Err(); err != nil { // nil when every copy completed
-			errs = copyFailures(tr.copies, ce)
+			tr.errs = copyFailures(tr.copies, ce)
 		}
 	default:
 		// Which copies failed is unknown: all did, and none counts as
 		// missing or corrupt.
 		err = fmt.Errorf("%w: the engine reported %d copy errors for %d copies: %v", ErrCopyFailed, len(ce), len(tr.copies), err)
 	}
-	for _, m := range tr.moves {
-		err := err
-		if errs != nil && m.copy >= 0 {
-			err = errs[m.copy]
+	tr.err = err
+	c.xfer.applying = append(c.xfer.applying, tr)
+}
+
+// applyMoves applies up to budget moves of finished transfer tr from the
+// first not applied yet: the success of each, or the compensation of its
+// failure (see the top of this file). It returns how many it applied.
+func (c *Cache) applyMoves(tr *transfer, budget int) int {
+	end := min(len(tr.moves), int(tr.applied)+budget)
+	for _, m := range tr.moves[tr.applied:end] {
+		err := tr.err
+		if tr.errs != nil && m.copy >= 0 {
+			err = tr.errs[m.copy]
 		}
 		switch m.kind {
 		case moveDown:
@@ -604,24 +651,37 @@ func (c *Cache) finish(tr *transfer, err error) {
 			c.unhold(m.u)
 		}
 	}
+	k := end - int(tr.applied)
+	tr.applied = int32(end)
+	return max(k, 1)
+}
+
+// endFinish ends transfer tr, every move of which is applied: the
+// transfers that waited for it start, or fail unstarted when they read
+// what it failed to write (queued to be applied like it), and the
+// sequences that waited on it learn its failures.
+func (c *Cache) endFinish(tr *transfer) {
+	x := &c.xfer
+	tr.done = true
+	x.inFlight--
 	deps := x.dependents[tr.id]
 	delete(x.dependents, tr.id)
 	for _, dep := range deps {
 		d, ok := x.byID[dep.id]
-		if !ok || d.done {
+		if !ok || d.done || d.applying {
 			continue
 		}
-		if dep.data && err != nil && d.depErr == nil {
+		if dep.data && tr.err != nil && d.depErr == nil {
 			// (%v: the units it moves are not the ones a store lacked,
 			// so countUnreadable must not count them.)
-			d.depErr = fmt.Errorf("%w: it reads what transfer %d was to write, which failed: %v", ErrCopyFailed, tr.id, err)
+			d.depErr = fmt.Errorf("%w: it reads what transfer %d was to write, which failed: %v", ErrCopyFailed, tr.id, tr.err)
 		}
 		if d.deps--; d.deps > 0 {
 			continue
 		}
 		if d.depErr != nil {
 			d.started = true
-			c.finish(d, d.depErr)
+			c.beginFinish(d, d.depErr)
 		} else {
 			c.start(d)
 		}
@@ -851,9 +911,7 @@ func (c *Cache) settleTransfers() {
 		c.dropQueued() // units without bytes exist without an engine too (voidRestores)
 		return
 	}
-	if c.poll() > 0 {
-		c.statsUnchanged = false
-	}
+	c.poll()
 	if len(x.declared) > 0 {
 		// A commit that still waits adds its sequence back.
 		retry := c.scratch.declared[:0]
