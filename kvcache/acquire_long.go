@@ -221,7 +221,7 @@ func (op *longAcquire) place(c *Cache) func() error {
 		c.begin(nil)
 		c.tx.owner = s
 		op.stepFrame(c)
-		bud := c.newBudget()
+		bud := c.placeBudget()
 		first := op.placed
 		fresh := c.scratch.fresh[:0]
 		op.unmark = op.unmark[:0]

@@ -20,21 +20,43 @@ import "slices"
 // Append with no tokens does nothing. It returns an error wrapping
 // ErrUnknownSequence, ErrNoSpace or ErrCopyFailed; the sequence is then
 // unchanged but for the commit.
-func (c *Cache) Append(id SeqID, tokens ...uint32) (_ Plan, err error) {
+func (c *Cache) Append(id SeqID, tokens ...uint32) (Plan, error) {
+	p, again, err := c.append(id, tokens, false)
+	if again {
+		// The commit ran in steps; the Append runs now.
+		p, _, err = c.append(id, tokens, true)
+	}
+	return p, err
+}
+
+// append is Append. Unless committed, an implicit commit of more than a
+// step runs in steps first (see slices.go), and append returns again.
+func (c *Cache) append(id SeqID, tokens []uint32, committed bool) (_ Plan, again bool, err error) {
 	if err := c.lock("Append"); err != nil {
-		return Plan{}, err
+		return Plan{}, false, err
+	}
+	s, err := c.lookupToChange(id)
+	if err == nil && !committed && len(tokens) > 0 && c.longCommit(s, s.tokens.len()) {
+		err := c.commitInSteps("Append", s, s.tokens.len(), &err)
+		return Plan{}, err == nil, err
 	}
 	defer c.unlock(&err)
-	s, err := c.lookupToChange(id)
 	if err != nil {
-		return Plan{}, err
+		return Plan{}, false, err
 	}
+	p, err := c.appendTo(s, tokens)
+	return p, false, err
+}
+
+// appendTo is Append of tokens to s (Cache.mu held).
+func (c *Cache) appendTo(s *sequence, tokens []uint32) (Plan, error) {
+	id := s.id
 	if len(tokens) == 0 {
 		return Plan{Seq: id, Tokens: s.tokens.len()}, nil
 	}
 	// The forward pass that produced these tokens wrote the KV of every
 	// token before them: that much is committed whatever happens next.
-	committed := c.commitThrough(s, s.tokens.len())
+	stored := c.commitThrough(s, s.tokens.len())
 	if c.poisoned != nil {
 		return Plan{}, c.poisoned // a merge met a policy that broke its contract
 	}
@@ -53,7 +75,7 @@ func (c *Cache) Append(id SeqID, tokens ...uint32) (_ Plan, err error) {
 		c.indexWriting(s, n/c.geom.blockTokens)
 		// Stats report none of this, unless the implicit commit stored
 		// blocks.
-		c.statsUnchanged = !committed
+		c.statsUnchanged = !stored
 		return Plan{Seq: id, Tokens: n2, Compute: s.compute}, nil
 	}
 	c.begin(s)

@@ -30,13 +30,14 @@ type Cache struct {
 	// waiting counts the callers blocked on mu: a long operation lets
 	// them in between its slices (see slices.go).
 	waiting atomic.Int32
-	// sliceUnits is the most units a step of a long operation handles,
-	// and sliceTimed whether a step also ends after sliceTime of work
-	// (tests turn it off, so that steps end at the same place in every
-	// run; see slices.go); long counts the long operations under way.
+	// sliceUnits is the size of a long operation's steps (see
+	// slices.go; tests make it small), and long counts the long
+	// operations under way.
 	sliceUnits int
-	sliceTimed bool
 	long       int
+	// idle wakes the calls that wait for a sequence a long Commit is
+	// committing (see waitIdle).
+	idle sync.Cond
 
 	// The parts, each with one job:
 	geom   *geometry // what the layout says, immutable (geometry.go)
@@ -104,8 +105,8 @@ func New(cfg Config) (*Cache, error) {
 		decider: cfg.Decider,
 
 		sliceUnits: defaultSliceUnits,
-		sliceTimed: true,
 	}
+	c.idle.L = &c.mu
 	if c.engine != nil {
 		c.xfer.init()
 		c.keyed, _ = c.engine.(KeyedEngine)

@@ -43,16 +43,62 @@ func (c *Cache) Commit(id SeqID, upTo int) (err error) {
 	if err := c.lock("Commit"); err != nil {
 		return err
 	}
-	defer c.unlock(&err)
 	s, err := c.lookupToChange(id)
-	if err != nil {
-		return err
+	if err == nil && (upTo < 0 || upTo > s.tokens.len()) {
+		err = fmt.Errorf("%w: commit %d tokens of a sequence of %d", ErrOutOfRange, upTo, s.tokens.len())
 	}
-	if upTo < 0 || upTo > s.tokens.len() {
-		return fmt.Errorf("%w: commit %d tokens of a sequence of %d", ErrOutOfRange, upTo, s.tokens.len())
+	if err == nil && c.longCommit(s, upTo) {
+		return c.commitInSteps("Commit", s, upTo, &err)
 	}
-	c.commitThrough(s, upTo)
-	return nil
+	if err == nil {
+		c.commitThrough(s, upTo)
+	}
+	c.unlock(&err)
+	return err
+}
+
+// longCommit reports whether committing s through token upTo takes more
+// than a step (see slices.go).
+func (c *Cache) longCommit(s *sequence, upTo int) bool {
+	return c.isLong((upTo/c.geom.blockTokens - s.firstPrivate) * c.geom.slices)
+}
+
+// commitInSteps commits s through token upTo in steps, for method call,
+// which holds the lock: the units s owes are declared written now, s is
+// marked busy (other calls on it wait, see waitIdle), the lock is released
+// (its unlock reports *err), and the blocks are committed a slice at a
+// time, as a chunked prefill's commits would be. A commit that has to
+// wait for a transfer stops there (it is retried as transfers finish, as
+// a one-step commit's is). It returns the first error.
+func (c *Cache) commitInSteps(call string, s *sequence, upTo int, err *error) error {
+	c.rewritten(s, upTo)
+	s.busy = true
+	c.long++
+	c.unlock(err)
+	for done := *err != nil; !done; {
+		if serr := c.step(call, func() error {
+			full := upTo / c.geom.blockTokens
+			next := min(full, s.firstPrivate+max(1, c.sliceUnits/c.geom.slices))
+			c.commitBlocks(s, next*c.geom.blockTokens)
+			_, waits := c.xfer.declared[s]
+			if waits {
+				// The rest waits with it.
+				s.declaredUpTo = max(s.declaredUpTo, upTo)
+			}
+			done = waits || s.firstPrivate >= full || c.poisoned != nil
+			return nil
+		}); serr != nil {
+			*err = serr
+			done = true
+		}
+	}
+	// The sequence is idle again, whatever happened.
+	c.lockWait()
+	s.busy = false
+	c.long--
+	c.idle.Broadcast()
+	c.mu.Unlock()
+	return *err
 }
 
 // Abort ends sequence id whose pending computation will not run (the

@@ -20,15 +20,37 @@ import (
 // ErrCopyFailed, or ErrBusy when a full block of the parent cannot be
 // committed yet because a transfer still moves one of its units (with a
 // TransferEngine; see Readiness); nothing is then created.
-func (c *Cache) Fork(id SeqID) (_ Plan, err error) {
+func (c *Cache) Fork(id SeqID) (Plan, error) {
+	p, again, err := c.fork(id, false)
+	if again {
+		// The commit ran in steps; the Fork runs now.
+		p, _, err = c.fork(id, true)
+	}
+	return p, err
+}
+
+// fork is Fork. Unless committed, an implicit commit of more than a step
+// runs in steps first (see slices.go), and fork returns again.
+func (c *Cache) fork(id SeqID, committed bool) (_ Plan, again bool, err error) {
 	if err := c.lock("Fork"); err != nil {
-		return Plan{}, err
+		return Plan{}, false, err
+	}
+	s, err := c.lookupToChange(id)
+	if err == nil && !committed && c.longCommit(s, s.tokens.len()) {
+		err := c.commitInSteps("Fork", s, s.tokens.len(), &err)
+		return Plan{}, err == nil, err
 	}
 	defer c.unlock(&err)
-	s, err := c.lookupToChange(id)
 	if err != nil {
-		return Plan{}, err
+		return Plan{}, false, err
 	}
+	p, err := c.forkOf(s)
+	return p, false, err
+}
+
+// forkOf is Fork of s (Cache.mu held).
+func (c *Cache) forkOf(s *sequence) (Plan, error) {
+	id := s.id
 	// Fork copies the partial block now: its KV, and everything before
 	// it, is written, and the child shares only committed blocks.
 	c.commitThrough(s, s.tokens.len())

@@ -348,7 +348,7 @@ func newHarness(t testing.TB, mc modelConfig, choose func(int) int) *harness {
 	h.c, err = New(cfg)
 	require.NoError(t, err)
 	if mc.sliced {
-		h.c.sliceUnits, h.c.sliceTimed = 1+choose(6), false
+		h.c.sliceUnits = 1 + choose(6)
 	}
 	h.costArmed = true
 	for range 4 {

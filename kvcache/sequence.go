@@ -149,6 +149,10 @@ type sequence struct {
 	declaredUpTo int
 	// maxLoadTokens is Request.MaxLoadTokens.
 	maxLoadTokens int
+	// busy says that a long Commit (or the implicit commit of an Append
+	// or Fork) is committing the sequence in steps: other calls that
+	// change it wait (waitIdle).
+	busy bool
 }
 
 // priority returns the priority and duration of block i of s.
@@ -191,10 +195,30 @@ func (c *Cache) lookup(id SeqID) (*sequence, error) {
 // lookupToChange is lookup for a call that changes the cache: a poisoned
 // cache refuses it first, with its poison error (see poison).
 func (c *Cache) lookupToChange(id SeqID) (*sequence, error) {
-	if c.poisoned != nil {
-		return nil, c.poisoned
+	for {
+		if c.poisoned != nil {
+			return nil, c.poisoned
+		}
+		s, err := c.lookup(id)
+		if err != nil || !s.busy {
+			return s, err
+		}
+		if err := c.waitIdle(s); err != nil {
+			return nil, err
+		}
 	}
-	return c.lookup(id)
+}
+
+// waitIdle waits (Cache.mu held, released meanwhile) until busy sequence s
+// is committed (see commitInSteps). A call that the event sink makes
+// cannot wait: the commit's own goroutine delivers the events it is
+// called with; it gets an error wrapping ErrBusy.
+func (c *Cache) waitIdle(s *sequence) error {
+	if c.events.delivering.Load() > 0 && inSink() {
+		return fmt.Errorf("%w: sequence %d is being committed in steps, by the call whose events the sink is handling", ErrBusy, s.id)
+	}
+	c.idle.Wait()
+	return nil
 }
 
 // register gives s an id and makes it live.

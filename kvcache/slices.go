@@ -1,17 +1,14 @@
 package kvcache
 
-import (
-	"runtime"
-	"time"
-)
+import "runtime"
 
 // Long operations run in slices. Every call holds the cache's lock while
 // it plans, and a plan costs per unit (a policy call or three, the unit's
 // state, its copy): an Acquire of a 32k-token prompt paged per layer moves
 // 57,344 units and held the lock for tens of milliseconds, stalling every
 // other sequence's Append, BlockTables and Stats behind it. So an
-// operation whose work exceeds a slice (Cache.sliceUnits units, or
-// sliceTime of work) runs as a series of steps, each an ordinary
+// operation whose work exceeds a slice (Cache.sliceUnits units) runs as
+// a series of steps, each an ordinary
 // transaction under the lock (all or nothing, with its own rollback), and
 // releases the lock between them, first letting in the callers that wait
 // for it (yield).
@@ -57,14 +54,15 @@ import (
 // after each; with a TransferEngine it can start on the first layers as
 // soon as Acquire returns, since each layer's transfer starts then.
 
-// defaultSliceUnits is Cache.sliceUnits unless a test sets it: the most
-// units one step of a long operation handles.
+// defaultSliceUnits is Cache.sliceUnits unless a test sets it: an
+// operation over more units runs in steps, each of which handles at most
+// that many units of cheap work (pins, unpins, references, reports) or an
+// eighth of them of placements (a slot taken, a victim evicted, moved
+// down, a copy planned: up to a microsecond or two a unit). Steps have
+// fixed sizes, not timed ones, so that a long operation plans the same
+// thing in every run (a step's commit is visible to the next: the victims
+// it moved down are in the lower tier's policy then).
 const defaultSliceUnits = 1024
-
-// sliceTime is the most work one step does (checked between blocks, so a
-// step handles at least one block): with about 0.3 to 1 µs of planning per
-// unit, 50 µs keeps the longest hold of the lock near 100 µs.
-const sliceTime = 50 * time.Microsecond
 
 // yieldRounds bounds how many times a long operation yields, between two
 // steps, to callers waiting for the lock.
@@ -99,24 +97,22 @@ func (c *Cache) step(call string, f func() error) (err error) {
 	return err
 }
 
-// budget measures one step's work: it is spent when the step has handled
-// sliceUnits units or worked sliceTime (time is read once per block).
+// budget is the work of one step of a long operation: units handled so
+// far, against max.
 type budget struct {
 	units, max int
-	start      time.Time
-	timed      bool
 }
 
-// newBudget starts a step's budget.
-func (c *Cache) newBudget() budget {
-	return budget{max: c.sliceUnits, start: time.Now(), timed: c.sliceTimed}
-}
+// newBudget returns the budget of a step of cheap work (see
+// defaultSliceUnits).
+func (c *Cache) newBudget() budget { return budget{max: c.sliceUnits} }
 
-// spent reports whether the step should end after the units it has
-// handled so far (at least one block's: the caller asks between blocks).
-func (b *budget) spent() bool {
-	return b.units >= b.max || (b.timed && time.Since(b.start) >= sliceTime)
-}
+// placeBudget returns the budget of a step of placements.
+func (c *Cache) placeBudget() budget { return budget{max: max(1, c.sliceUnits/8)} }
 
-// long reports whether an operation on n units runs in slices.
+// spent reports whether the step has handled its units (the caller asks
+// between blocks, so a step handles at least one).
+func (b *budget) spent() bool { return b.units >= b.max }
+
+// isLong reports whether an operation on n units runs in steps.
 func (c *Cache) isLong(n int) bool { return n > c.sliceUnits }

@@ -143,8 +143,10 @@ type transfers struct {
 	// (submit).
 	build xferBuild
 	// applying lists the transfers the engine finished whose moves poll
-	// is applying, oldest first.
+	// is applying, oldest first; behind says that the last unlock left
+	// declared commits it could have made (a step's worth per call).
 	applying []*transfer
+	behind   bool
 }
 
 func (x *transfers) init() {
@@ -592,14 +594,16 @@ func (c *Cache) poll() int {
 	return n
 }
 
-// applying reports whether poll has finished transfers left to apply
-// (Cache.mu held): moves of those it began, or reports it has not taken.
+// applying reports whether the cache has work of finished transfers left
+// (Cache.mu held): moves of those poll began, reports it has not taken, or
+// commits they let through.
 func (c *Cache) applying() bool {
-	return len(c.xfer.applying) > 0 || c.xfer.byID != nil && c.xfer.inbox.ready()
+	x := &c.xfer
+	return len(x.applying) > 0 || x.behind || x.byID != nil && x.inbox.ready()
 }
 
 // applyBudget is the most moves one call applies (see poll).
-func (c *Cache) applyBudget() int { return c.sliceUnits }
+func (c *Cache) applyBudget() int { return max(1, c.sliceUnits/2) }
 
 // beginFinish queues finished transfer tr (err: what the engine reported)
 // to be applied: its error, or each copy's when the engine reported them
@@ -912,6 +916,7 @@ func (c *Cache) settleTransfers() {
 		return
 	}
 	c.poll()
+	x.behind = false
 	if len(x.declared) > 0 {
 		// A commit that still waits adds its sequence back.
 		retry := c.scratch.declared[:0]
@@ -919,9 +924,19 @@ func (c *Cache) settleTransfers() {
 			retry = append(retry, s)
 		}
 		clear(x.declared)
+		B := c.geom.blockTokens
 		for _, s := range retry {
-			if c.seqs[s.id] == s {
-				c.commitBlocks(s, s.declaredUpTo)
+			if c.seqs[s.id] != s {
+				continue
+			}
+			// A step's worth per call (see slices.go): what is left
+			// stays declared, for the next.
+			full := s.declaredUpTo / B
+			c.commitBlocks(s, min(full, s.firstPrivate+max(1, c.sliceUnits/c.geom.slices))*B)
+			if _, waits := x.declared[s]; !waits && s.firstPrivate < full {
+				x.declared[s] = struct{}{}
+				x.behind = true
+				x.inbox.poke()
 			}
 		}
 		clear(retry)
