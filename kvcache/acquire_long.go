@@ -85,6 +85,15 @@ func (op *longAcquire) run(c *Cache) error {
 	if err := c.step("Acquire", op.reserveSlots(c)); err != nil {
 		return err
 	}
+	// Room for the plan's copies, off the lock: every slot the rest of
+	// the Acquire takes costs at most one copy per tier (a load, and the
+	// victims' moves down the tiers), so that the list does not grow by
+	// copying what it holds under the lock.
+	n := 0
+	for _, k := range op.need {
+		n += k
+	}
+	op.executed = make([]Copy, 0, n*c.Tiers())
 	for op.placed < op.nb {
 		if err := c.step("Acquire", op.place(c)); err != nil {
 			return err
@@ -206,6 +215,14 @@ func (op *longAcquire) reserveSlots(c *Cache) func() error {
 			c.tiers.arena(GPU, p).reserved += op.need[p]
 		}
 		op.reserved = true
+		// Each layer's transfer is sized for its share (its units'
+		// chains: a load or fresh unit and the victims' moves).
+		op.build.hint = make([]int, g.kvLayers+1)
+		for p, pg := range g.pools {
+			for _, sl := range pg.slices {
+				op.build.hint[g.sliceLayer[sl]+1] += op.need[p] / pg.unitsPerBlock * len(c.tiers.levels)
+			}
+		}
 		return nil
 	}
 }
@@ -401,7 +418,7 @@ func (op *longAcquire) finish(c *Cache) Plan {
 	s.pinLo = c.wantLo(nil, false, 0)
 	c.register(s)
 	plan := Plan{Seq: s.id, Tokens: n, BeingWrittenTokens: op.writing, Counts: op.counts, Loading: op.loading}
-	s.executed = append(s.executed[:0], op.executed...)
+	s.executed = op.executed
 	if len(s.executed) > 0 {
 		plan.Executed = s.executed
 	}

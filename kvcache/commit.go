@@ -78,7 +78,7 @@ func (c *Cache) commitInSteps(call string, s *sequence, upTo int, err *error) er
 	for done := *err != nil; !done; {
 		if serr := c.step(call, func() error {
 			full := upTo / c.geom.blockTokens
-			next := min(full, s.firstPrivate+max(1, c.sliceUnits/c.geom.slices))
+			next := min(full, s.firstPrivate+c.commitBudget())
 			c.commitBlocks(s, next*c.geom.blockTokens)
 			_, waits := c.xfer.declared[s]
 			if waits {

@@ -110,6 +110,11 @@ func (c *Cache) newBudget() budget { return budget{max: c.sliceUnits} }
 // placeBudget returns the budget of a step of placements.
 func (c *Cache) placeBudget() budget { return budget{max: max(1, c.sliceUnits/8)} }
 
+// commitBudget returns how many blocks a step of a long commit commits:
+// a block costs a prefix-tree insert and, per unit, a look at its tier and
+// events.
+func (c *Cache) commitBudget() int { return max(1, c.sliceUnits/(16+2*c.geom.slices)) }
+
 // spent reports whether the step has handled its units (the caller asks
 // between blocks, so a step handles at least one).
 func (b *budget) spent() bool { return b.units >= b.max }

@@ -230,6 +230,11 @@ type xferBuild struct {
 	made []transferID
 	// loading counts the owner's needs in flight (Plan.Loading).
 	loading int
+	// hint is, per KV layer (index kvLayer+1), how many copies a long
+	// operation expects its transfer of the layer to take: the transfer
+	// is sized for them when made, so that it does not grow by copying
+	// what it holds (nil: no hint).
+	hint []int
 }
 
 // openXfer is the open transfer of one KV layer in an xferBuild.
@@ -247,7 +252,7 @@ func (b *xferBuild) reset(c *Cache, s *sequence) {
 	for range c.geom.kvLayers + 1 {
 		b.open = append(b.open, openXfer{lastBlock: -1})
 	}
-	b.owner, b.prev, b.loading = s, nil, 0
+	b.owner, b.prev, b.loading, b.hint = s, nil, 0, nil
 	b.capBlocks = 0
 	if s != nil && s.maxLoadTokens > 0 {
 		b.capBlocks = max(1, s.maxLoadTokens/c.geom.blockTokens)
@@ -273,6 +278,12 @@ func (c *Cache) submit(s *sequence) int {
 // one before it under MaxLoadTokens, with b's owner waiting on it.
 func (c *Cache) newBuildTransfer(b *xferBuild, kvLayer int32) *transfer {
 	tr := c.newTransfer(kvLayer)
+	if b.hint != nil && b.capBlocks == 0 {
+		if n := b.hint[kvLayer+1]; n > 0 {
+			tr.copies = make([]Copy, 0, n)
+			tr.moves = make([]move, 0, n)
+		}
+	}
 	if b.capBlocks > 0 && b.prev != nil {
 		c.addDep(tr, b.prev.id, false)
 	}
@@ -603,7 +614,7 @@ func (c *Cache) applying() bool {
 }
 
 // applyBudget is the most moves one call applies (see poll).
-func (c *Cache) applyBudget() int { return max(1, c.sliceUnits/2) }
+func (c *Cache) applyBudget() int { return c.placeBudget().max }
 
 // beginFinish queues finished transfer tr (err: what the engine reported)
 // to be applied: its error, or each copy's when the engine reported them
@@ -932,7 +943,7 @@ func (c *Cache) settleTransfers() {
 			// A step's worth per call (see slices.go): what is left
 			// stays declared, for the next.
 			full := s.declaredUpTo / B
-			c.commitBlocks(s, min(full, s.firstPrivate+max(1, c.sliceUnits/c.geom.slices))*B)
+			c.commitBlocks(s, min(full, s.firstPrivate+c.commitBudget())*B)
 			if _, waits := x.declared[s]; !waits && s.firstPrivate < full {
 				x.declared[s] = struct{}{}
 				x.behind = true
