@@ -127,4 +127,10 @@ func (c *Cache) unlock(err *error) {
 	if ok {
 		c.events.deliver(b)
 	}
+	// A caller that calls again at once (WaitReady's loop, a server's
+	// step) would take the lock back before the waiter the unlock woke
+	// runs (see yield): it lets that waiter go first.
+	if c.waiting.Load() > 0 {
+		runtime.Gosched()
+	}
 }
