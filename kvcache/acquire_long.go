@@ -27,7 +27,7 @@ type longAcquire struct {
 	// found them; reserve is what is still reserved of it, taken the
 	// running step's share (see txn.reserve).
 	need, reserve, taken []int
-	reserved            bool
+	reserved             bool
 	// placed is the next block phase 3 plans; unmark lists the units
 	// (block×slices+slice) of matched blocks the running step replaces by
 	// recompute copies, whose claims it gives back.
