@@ -1,6 +1,7 @@
 package kvcache
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -12,6 +13,16 @@ import (
 type longAcquire struct {
 	req Request
 	s   *sequence
+	// prefetch makes it a long Prefetch: the whole cached prefix (capped
+	// by MaxLoadTokens) is brought up, nothing is computed, no lookup
+	// counted, and the units are left unpinned at the end.
+	prefetch bool
+	// blockNeed counts, with prefetch, the GPU slots each block needs
+	// (a prefix that does not fit is cut at the longest part that does).
+	blockNeed []int32
+	// skipped lists, with prefetch, the blocks phase 3 skipped (they
+	// lost a unit since phase 1): only their claimed units are pinned.
+	skipped []int
 	// nodes is the matched prefix, every node referenced by s; blocks
 	// holds s's blocks as they will be (a matched block replaced by a
 	// recompute copy when it lacks a unit), filled in as steps commit.
@@ -114,6 +125,15 @@ func (op *longAcquire) start(c *Cache) func() error {
 		if err != nil {
 			return err
 		}
+		if op.prefetch {
+			k := c.wholePrefix(nodes)
+			if req.MaxLoadTokens > 0 {
+				k = min(k, max(1, req.MaxLoadTokens/c.geom.blockTokens))
+			}
+			nodes = nodes[:k]
+			req.Tokens = req.Tokens[:k*c.geom.blockTokens]
+			op.blockNeed = make([]int32, k)
+		}
 		s := &sequence{keys: keys, extra: slices.Clone(req.Extra), maxLoadTokens: req.MaxLoadTokens}
 		if req.Priorities != nil {
 			p := *req.Priorities
@@ -172,6 +192,9 @@ func (op *longAcquire) claim(c *Cache) func() error {
 				st := c.units.of(u)
 				if !whole || st.tier != GPU {
 					op.need[p]++ // a slot: loaded, or computed
+					if op.prefetch {
+						op.blockNeed[i]++
+					}
 					if whole && st.flags&unitClaimed == 0 {
 						// Kept where it is until its block's step.
 						st.flags |= unitClaimed
@@ -205,6 +228,9 @@ func (op *longAcquire) reserveSlots(c *Cache) func() error {
 		for p, pg := range g.pools {
 			op.need[p] += (op.nb - op.matched) * pg.unitsPerBlock
 		}
+		if op.prefetch {
+			op.fitPrefetch(c)
+		}
 		for p := range g.pools {
 			if a := c.tiers.arena(GPU, p).available(); op.need[p] > a {
 				return fmt.Errorf("%w: GPU pool %d needs %d slots, %d free or evictable", ErrNoSpace, p, op.need[p], a)
@@ -224,6 +250,42 @@ func (op *longAcquire) reserveSlots(c *Cache) func() error {
 			}
 		}
 		return nil
+	}
+}
+
+// fitPrefetch cuts a long Prefetch's prefix at the longest part whose
+// slots the GPU can supply (the claims on the rest are released at the
+// end, with the others).
+func (op *longAcquire) fitPrefetch(c *Cache) {
+	g := c.geom
+	avail := make([]int, len(g.pools))
+	for p := range g.pools {
+		avail[p] = c.tiers.arena(GPU, p).available()
+	}
+	clear(op.need)
+	for i := range op.blockNeed {
+		// A block's units are in one pool each; its slots come from
+		// the pools in proportion (the whole block fits, or not).
+		b := op.nodes[i].Value
+		fits := true
+		base := c.units.base(b)
+		for sl := range g.slices {
+			if st := c.units.of(base | UnitID(sl)); st.tier != GPU {
+				p := g.slicePool[sl]
+				if op.need[p]++; op.need[p] > avail[p] {
+					fits = false
+				}
+			}
+		}
+		if !fits {
+			for sl := range g.slices {
+				if st := c.units.of(base | UnitID(sl)); st.tier != GPU {
+					op.need[g.slicePool[sl]]--
+				}
+			}
+			op.nb = i
+			return
+		}
 	}
 }
 
@@ -248,6 +310,12 @@ func (op *longAcquire) place(c *Cache) func() error {
 			start := len(c.tx.needs)
 			if i < op.matched {
 				b := op.nodes[i].Value
+				if op.prefetch && !c.whole(b) {
+					// It lost a unit since: a prefetch computes nothing.
+					op.skipped = append(op.skipped, i)
+					bud.units += g.slices / 16
+					continue
+				}
 				if c.whole(b) {
 					base := c.units.base(b)
 					for sl := range g.slices {
@@ -285,7 +353,9 @@ func (op *longAcquire) place(c *Cache) func() error {
 				fresh = append(fresh, i)
 				recomputeBlock(needs)
 			}
-			bud.units += g.slices
+			// What costs is a placement; a block the claims covered
+			// whole costs a look at each unit.
+			bud.units += len(c.tx.needs) - start + g.slices/16
 		}
 		c.scratch.fresh = fresh
 		if err := c.execute(); err != nil {
@@ -373,6 +443,9 @@ func (op *longAcquire) record(c *Cache) {
 	op.counts.Dropped += k.Dropped
 	op.executed = append(op.executed, c.tx.batch...)
 	op.loading += c.tx.loading
+	if op.prefetch {
+		return // no lookup, no table
+	}
 	for i := range c.tx.needs {
 		n := &c.tx.needs[i]
 		p := c.poolOf(n.u)
@@ -458,13 +531,33 @@ func (op *longAcquire) release(c *Cache) {
 	op.reserved = false
 }
 
+// prefetchLong is Prefetch of a prefix whose units exceed a step: the
+// phases of a long Acquire over the whole cached prefix (cut where it does
+// not fit), whose pins are then released as a Release would, tail first.
+func (c *Cache) prefetchLong(req Request) (Counts, error) {
+	op := &longAcquire{req: req, prefetch: true}
+	if err := c.step("Prefetch", op.start(c)); err != nil {
+		return Counts{}, err
+	}
+	err := op.run(c)
+	if errors.Is(err, ErrNoSpace) {
+		err = nil // nothing fits: nothing done (the claims go below)
+		op.nb = 0
+	}
+	if uerr := op.undo(c); err == nil {
+		err = uerr
+	}
+	return op.counts, err
+}
+
 // undo ends a long Acquire that failed after its first step, as an
 // Abort of its sequence would (see slices.go): the reservation is given
 // back, the transfers its steps planned start (their slots are taken),
 // and the pins and references it holds are released.
 func (op *longAcquire) undo(c *Cache) error {
 	e := &ending{s: op.s, pinned: func(i, sl int) bool {
-		return i < op.placed || (i < op.matched && op.pinnedAt(c, i, sl))
+		placed := i < op.placed && !slices.Contains(op.skipped, i)
+		return placed || (i < op.matched && op.pinnedAt(c, i, sl))
 	}}
 	err := c.step("Acquire", func() error {
 		op.release(c)

@@ -40,25 +40,82 @@ func (c *Cache) Adopt(req Request, blocks int, t Tier) (_ int, err error) {
 	if err := c.lock("Adopt"); err != nil {
 		return 0, err
 	}
-	defer c.unlock(&err)
+	if err := c.checkAdopt(req, blocks, t); err != nil {
+		c.unlock(&err)
+		return 0, err
+	}
+	if !c.isLong(blocks * c.geom.slices) {
+		n, err := c.adoptRange(req, 0, blocks, t)
+		c.unlock(&err)
+		return n, err
+	}
+	// A long prefix is adopted in steps (see slices.go), a slice of
+	// blocks each; a step that cannot place its blocks whole ends it.
+	c.long++
+	c.unlock(&err)
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		c.lockWait()
+		c.long--
+		c.mu.Unlock()
+	}()
+	per := max(1, c.placeBudget().max/c.geom.slices)
+	n := 0
+	for lo := 0; lo < blocks; lo += per {
+		hi := min(blocks, lo+per)
+		if err := c.step("Adopt", func() error {
+			if c.poisoned != nil {
+				return c.poisoned
+			}
+			var err error
+			n, err = c.adoptRange(req, lo, hi, t)
+			return err
+		}); err != nil {
+			return 0, err
+		}
+		if n < hi {
+			break
+		}
+	}
+	return n, nil
+}
+
+// checkAdopt returns the error of an Adopt with bad arguments, or of a
+// poisoned cache (Cache.mu held).
+func (c *Cache) checkAdopt(req Request, blocks int, t Tier) error {
 	if c.poisoned != nil {
-		return 0, c.poisoned
+		return c.poisoned
 	}
 	if t <= GPU || !c.tiers.valid(t) {
-		return 0, fmt.Errorf("%w: tier %d: Adopt places units on a tier below the GPU (2 to %d)", ErrOutOfRange, t, c.tiers.last())
+		return fmt.Errorf("%w: tier %d: Adopt places units on a tier below the GPU (2 to %d)", ErrOutOfRange, t, c.tiers.last())
 	}
-	B := c.geom.blockTokens
-	if full := len(req.Tokens) / B; blocks < 0 || blocks > full {
-		return 0, fmt.Errorf("%w: %d blocks to adopt, the prompt has %d full blocks", ErrOutOfRange, blocks, full)
+	if full := len(req.Tokens) / c.geom.blockTokens; blocks < 0 || blocks > full {
+		return fmt.Errorf("%w: %d blocks to adopt, the prompt has %d full blocks", ErrOutOfRange, blocks, full)
 	}
 	if !c.adoptable(t) {
-		return 0, fmt.Errorf("%w: tier %d (%s) is not a store the engine addresses by unit identity (KeyedEngine.Stores): its slots would be served as they are", ErrInvalidRequest, t, c.tiers.levels[t-1].name)
+		return fmt.Errorf("%w: tier %d (%s) is not a store the engine addresses by unit identity (KeyedEngine.Stores): its slots would be served as they are", ErrInvalidRequest, t, c.tiers.levels[t-1].name)
 	}
+	return nil
+}
+
+// adoptRange adopts blocks [lo, hi) of req's prompt on tier t (Cache.mu
+// held, in an operation's frame), those before lo being adopted or held
+// already, and returns how many of the prompt's first blocks the cache
+// holds whole afterwards, up to hi.
+func (c *Cache) adoptRange(req Request, lo, hi int, t Tier) (int, error) {
 	keys, nodes, err := c.match(&req)
 	if err != nil {
 		return 0, err
 	}
-	if plan := c.planAdoption(nodes, blocks, t); len(plan.units) == 0 {
+	if k := c.wholePrefix(nodes); k < lo {
+		// A block adopted before is gone (evicted by a step's room on
+		// the last tier) or lost a unit.
+		return k, nil
+	}
+	blocks, B := hi, c.geom.blockTokens
+	if plan := c.planAdoption(nodes, lo, blocks, t); len(plan.units) == 0 {
 		return plan.blocks, nil
 	}
 	c.begin(nil)
@@ -66,7 +123,7 @@ func (c *Cache) Adopt(req Request, blocks int, t Tier) (_ int, err error) {
 	c.beginPolicies()
 	// The units on t of the blocks counted on stay there: the room this
 	// takes on the last tier is not theirs.
-	for _, n := range nodes[:min(blocks, len(nodes))] {
+	for _, n := range nodes[min(lo, len(nodes)):min(blocks, len(nodes))] {
 		for sl := range c.geom.slices {
 			u := c.units.id(n.Value, sl)
 			if st := c.units.of(u); st.tier == t && !c.tiers.arena(t, c.poolOf(u)).txPinned[st.slot] {
@@ -79,7 +136,7 @@ func (c *Cache) Adopt(req Request, blocks int, t Tier) (_ int, err error) {
 		// A policy broke while told of the pins.
 		return 0, c.abort(c.poisoned)
 	}
-	plan := c.planAdoption(nodes, blocks, t)
+	plan := c.planAdoption(nodes, lo, blocks, t)
 	if len(plan.units) == 0 {
 		c.commit()
 		return plan.blocks, nil
@@ -184,11 +241,12 @@ type adoptedUnit struct {
 	slot  int32
 }
 
-// planAdoption lists the units Adopt places on tier t for the first
-// blocks blocks of a prompt that matches nodes: the dropped units of known
-// blocks that nothing uses, then every unit of the blocks past the match,
-// as long as the tier can take them whole.
-func (c *Cache) planAdoption(nodes []*radix.Node[int32], blocks int, t Tier) adoption {
+// planAdoption lists the units Adopt places on tier t for blocks [lo,
+// blocks) of a prompt that matches nodes, those before lo being held whole
+// already: the dropped units of known blocks that nothing uses, then every
+// unit of the blocks past the match, as long as the tier can take them
+// whole.
+func (c *Cache) planAdoption(nodes []*radix.Node[int32], lo, blocks int, t Tier) adoption {
 	g := c.geom
 	room := make([]int, len(g.pools))
 	for p := range g.pools {
@@ -198,8 +256,8 @@ func (c *Cache) planAdoption(nodes []*radix.Node[int32], blocks int, t Tier) ado
 			room[p] = a.available()
 		}
 	}
-	var plan adoption
-	for i := range blocks {
+	plan := adoption{blocks: lo}
+	for i := lo; i < blocks; i++ {
 		start := len(plan.units)
 		if i < len(nodes) {
 			b := nodes[i].Value

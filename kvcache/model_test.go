@@ -1667,7 +1667,10 @@ func (h *harness) step() {
 		if st.Tier(t).Adopted > dropsBefore.Tier(t).Adopted {
 			h.counts["adopted"]++
 		}
-		h.storeAdopted(req, got, t)
+		// The store holds every block the lookup found (n), not only
+		// the whole prefix Adopt reports: a long Adopt's later step may
+		// evict what an earlier one placed (on a full last tier).
+		h.storeAdopted(req, n, t)
 	case op < 97:
 		// A queued request's prefix brought up ahead of its Acquire.
 		base := h.bases[h.choose(len(h.bases))]

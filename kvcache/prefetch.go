@@ -17,7 +17,12 @@ import (
 // loads (Readiness).
 //
 // When the GPU cannot take the whole prefix, Prefetch takes the longest
-// part of it (halving) that fits, possibly nothing. It returns what it did:
+// part of it (halving) that fits, possibly nothing. A prefix whose units
+// exceed a step of a long operation (see slices.go) is brought up in
+// steps, as a long Acquire would bring it: its units on the GPU pinned
+// first, then the others loaded a slice of blocks at a time, cut at the
+// longest part whose slots the GPU can supply, all left unpinned at the
+// end. It returns what it did:
 // Onboarded, the victims Offloaded or Dropped, and as Hits the prefix's
 // units on the GPU already (kept from eviction while the others come in,
 // which pins and unpins them in their policies; Stats does not count them
@@ -34,17 +39,47 @@ func (c *Cache) Prefetch(req Request) (_ Counts, err error) {
 	if err := c.lock("Prefetch"); err != nil {
 		return Counts{}, err
 	}
-	defer c.unlock(&err)
+	k, err := c.prefetchable(req)
+	if err != nil || k == 0 {
+		c.unlock(&err)
+		return Counts{}, err
+	}
+	if !c.isLong(k * c.geom.slices) {
+		counts, err := c.prefetchFit(req, k)
+		c.unlock(&err)
+		return counts, err
+	}
+	// A long prefix is brought up in steps (see slices.go).
+	c.unlock(&err)
+	if err != nil {
+		return Counts{}, err
+	}
+	return c.prefetchLong(req)
+}
+
+// prefetchable returns how many blocks Prefetch of req would bring up
+// (Cache.mu held): its whole cached prefix, capped by MaxLoadTokens.
+func (c *Cache) prefetchable(req Request) (int, error) {
 	if c.poisoned != nil {
-		return Counts{}, c.poisoned
+		return 0, c.poisoned
 	}
 	_, nodes, err := c.match(&req)
 	if err != nil {
-		return Counts{}, err
+		return 0, err
 	}
 	k := c.wholePrefix(nodes)
 	if req.MaxLoadTokens > 0 {
 		k = min(k, max(1, req.MaxLoadTokens/c.geom.blockTokens))
+	}
+	return k, nil
+}
+
+// prefetchFit is Prefetch of the first k blocks of req's prefix in one
+// transaction (Cache.mu held), halved until it fits.
+func (c *Cache) prefetchFit(req Request, k int) (Counts, error) {
+	_, nodes, err := c.match(&req)
+	if err != nil {
+		return Counts{}, err
 	}
 	blocks := make([]int32, k)
 	for i, n := range nodes[:k] {
