@@ -82,9 +82,9 @@ func (w *concurrentWorld) counted(what string) int64 {
 // paged and the all-layers layouts, under -race in CI, and checks the
 // cache at a barrier after every round.
 func TestModelConcurrent(t *testing.T) {
-	rounds := 60
+	rounds := 200
 	if testing.Short() || raceEnabled {
-		rounds = 25
+		rounds = 50
 	}
 	configs := []concurrentConfig{
 		{name: "paged-mover", kind: layout.PagedLayer},
