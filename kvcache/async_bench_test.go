@@ -3,7 +3,6 @@ package kvcache
 import (
 	"context"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,25 +22,38 @@ func (m sleepyMover) Copy(b []Copy) error {
 	return m.store.Copy(b)
 }
 
-// BenchmarkLockWaitOnboard measures how long another goroutine waits for
-// the cache's lock while 32k-token prompts onboard from the CPU tier: each
-// iteration acquires one of two prompts that each fill the GPU, so every
-// Acquire moves the other prompt's units down and loads its own, then
-// waits for them and releases. A prober calls Stats every 20 µs and
-// records how long each call took. The copy engine takes 2 ms per batch
-// (sync-mover: a Mover that sleeps 2 ms per Copy, under the lock) or per
-// transfer (async-engine: an AsyncMemoryStore with a 2 ms latency, on its
-// worker). Reported: the probe's p50, p99 and max wait, and the hold of
-// the Acquire itself.
-func BenchmarkLockWaitOnboard(b *testing.B) {
+// BenchmarkLockWait measures how long another sequence's calls wait for
+// the cache's lock while 32k-token prompts move through it (2,048 blocks;
+// 65,536 units paged per layer over 32 layers). Each iteration acquires
+// one prompt, waits for its transfers, commits it and releases it:
+//
+//   - onboard: one of two prompts that each fill the GPU, alternately, so
+//     every Acquire moves the other prompt's units down to the CPU and
+//     loads its own from there;
+//   - miss: a new prompt each time, so every Acquire evicts the last one
+//     (offloaded to the CPU tier, which evicts in turn) and every Commit
+//     registers 2,048 new blocks.
+//
+// Meanwhile a prober runs a small sequence of its own the way a server
+// decodes it: every 20 µs one Append of a token, a BlockTables of the
+// sequence and a Stats, a Readiness every 16 tokens, and a new sequence
+// every 512 tokens (Release, Acquire); it times every call. The copy
+// engine takes 2 ms per batch (sync-mover: a Mover that sleeps 2 ms per
+// Copy, under the lock) or per transfer (async-engine: an
+// AsyncMemoryStore with a 2 ms latency, on its worker). Reported: the
+// prober's p50, p99 and max wait over all its calls, and the wall time of
+// the long Acquire itself.
+func BenchmarkLockWait(b *testing.B) {
 	for _, kind := range []layout.Kind{layout.AllLayers, layout.PagedLayer} {
 		for _, mode := range []string{"sync-mover", "async-engine"} {
-			b.Run(kind.String()+"/"+mode, func(b *testing.B) { benchLockWait(b, kind, mode) })
+			for _, work := range []string{"onboard", "miss"} {
+				b.Run(kind.String()+"/"+mode+"/"+work, func(b *testing.B) { benchLockWait(b, kind, mode, work) })
+			}
 		}
 	}
 }
 
-func benchLockWait(b *testing.B, kind layout.Kind, mode string) {
+func benchLockWait(b *testing.B, kind layout.Kind, mode, work string) {
 	m := layout.Model{Name: "bench", Layers: 32, QueryHeads: 8, KVHeads: 1, HeadDim: 8, ElemBytes: 1}
 	l, err := layout.New(m, kind, 16)
 	if err != nil {
@@ -49,7 +61,9 @@ func benchLockWait(b *testing.B, kind layout.Kind, mode string) {
 	}
 	const tokens = 32 << 10
 	units := tokens / 16 * l.UnitsPerBlock()
-	tiers := GPUAndCPU(Capacity{Units: int64(units)}, Capacity{Units: int64(2 * units)})
+	// The GPU holds one prompt and the prober's blocks.
+	slack := 64 * l.UnitsPerBlock()
+	tiers := GPUAndCPU(Capacity{Units: int64(units + slack)}, Capacity{Units: int64(2 * units)})
 	store, err := NewMemoryStore(l, tiers)
 	if err != nil {
 		b.Fatal(err)
@@ -59,7 +73,7 @@ func benchLockWait(b *testing.B, kind layout.Kind, mode string) {
 	if mode == "sync-mover" {
 		cfg.Mover = sleepyMover{store: store, delay: delay}
 	} else {
-		e, err := NewAsyncMemoryStore(store, AsyncOptions{Workers: 1, Latency: delay})
+		e, err := NewAsyncMemoryStore(store, AsyncOptions{Workers: 16, Latency: delay})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -70,7 +84,6 @@ func benchLockWait(b *testing.B, kind layout.Kind, mode string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	prompts := [2][]uint32{seqTokens(tokens, 0), seqTokens(tokens, 1<<20)}
 	run := func(p []uint32) time.Duration {
 		start := time.Now()
 		plan, err := c.Acquire(Request{Tokens: p})
@@ -89,19 +102,56 @@ func benchLockWait(b *testing.B, kind layout.Kind, mode string) {
 		}
 		return hold
 	}
-	// Both prompts cached, one on the GPU, one on the CPU.
-	run(prompts[0])
-	run(prompts[1])
+	prompt := func(i int) []uint32 {
+		if work == "onboard" {
+			i %= 2
+		}
+		return seqTokens(tokens, uint32(i+1)<<20)
+	}
+	// onboard: both prompts cached, one on the GPU, one on the CPU.
+	// miss: the GPU and the CPU full of earlier prompts.
+	for i := range 3 {
+		run(prompt(-3 + i))
+	}
 	var stop atomic.Bool
-	var waits []time.Duration
-	var wg sync.WaitGroup
-	wg.Add(1)
+	waits, errc := make(chan []time.Duration, 1), make(chan error, 1)
 	go func() {
-		defer wg.Done()
-		for !stop.Load() {
+		var d []time.Duration
+		defer func() { waits <- d }()
+		timed := func(f func() error) {
 			start := time.Now()
-			_ = c.Stats()
-			waits = append(waits, time.Since(start))
+			err := f()
+			d = append(d, time.Since(start))
+			if err != nil {
+				select {
+				case errc <- err:
+				default:
+				}
+			}
+		}
+		var id SeqID
+		var tables StepTables
+		var r Readiness
+		for i, n := 0, 0; !stop.Load(); i++ {
+			if i%8 == 0 {
+				if n%256 == 0 {
+					if n > 0 {
+						timed(func() error { return c.Release(id) })
+					}
+					timed(func() error {
+						plan, err := c.Acquire(Request{Tokens: seqTokens(16, 7<<28+uint32(n))})
+						id = plan.Seq
+						return err
+					})
+				}
+				timed(func() error { _, err := c.Append(id, uint32(n)); return err })
+				n++
+			}
+			timed(func() error { return c.BlockTables(&tables, id) })
+			timed(func() error { _ = c.Stats(); return nil })
+			if i%128 == 0 {
+				timed(func() error { return c.Readiness(id, &r) })
+			}
 			time.Sleep(20 * time.Microsecond)
 		}
 	}()
@@ -109,24 +159,34 @@ func benchLockWait(b *testing.B, kind layout.Kind, mode string) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		holds = append(holds, run(prompts[i%2]))
+		holds = append(holds, run(prompt(i)))
 	}
 	b.StopTimer()
 	stop.Store(true)
-	wg.Wait()
-	if st := c.Stats(); st.Onboards < uint64(b.N*units) {
-		b.Fatalf("%d onboards for %d iterations of %d units", st.Onboards, b.N, units)
+	d := <-waits
+	select {
+	case err := <-errc:
+		b.Fatalf("prober: %v", err)
+	default:
 	}
-	slices.Sort(waits)
+	st := c.Stats()
+	// The prober's blocks leave room for some of each prompt on the GPU.
+	if work == "onboard" && st.Onboards < uint64(b.N*(units-slack)) {
+		b.Fatalf("%d onboards for %d iterations of %d units", st.Onboards, b.N, units-slack)
+	}
+	if work == "miss" && st.Offloads < uint64(b.N*units) {
+		b.Fatalf("%d offloads for %d iterations of %d units", st.Offloads, b.N, units)
+	}
+	slices.Sort(d)
 	slices.Sort(holds)
 	q := func(d []time.Duration, f float64) float64 {
 		return float64(d[min(len(d)-1, int(f*float64(len(d))))].Nanoseconds()) / 1e3
 	}
-	b.ReportMetric(q(waits, 0.5), "p50-wait-µs")
-	b.ReportMetric(q(waits, 0.99), "p99-wait-µs")
-	b.ReportMetric(q(waits, 1), "max-wait-µs")
+	b.ReportMetric(q(d, 0.5), "p50-wait-µs")
+	b.ReportMetric(q(d, 0.99), "p99-wait-µs")
+	b.ReportMetric(q(d, 1), "max-wait-µs")
 	b.ReportMetric(q(holds, 0.5), "acquire-µs")
-	b.ReportMetric(float64(units), "units/onboard")
+	b.ReportMetric(float64(units), "units/prompt")
 }
 
 // BenchmarkAppendWaits decodes 3,000 blocks (one token per Append) on a
