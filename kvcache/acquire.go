@@ -37,7 +37,11 @@ import (
 // Acquire returns an error wrapping ErrInvalidRequest for bad priorities,
 // extra keys, MaxTokens or MaxLoadTokens, ErrNoSpace when the GPU cannot supply the slots (everything
 // else pinned) and ErrCopyFailed when the Mover failed; the cache is then
-// unchanged. A policy that broke its contract makes it fail with ErrPolicy.
+// unchanged, except after a failure past the first step of an Acquire
+// that runs in steps (see Long operations in the package doc): the
+// Acquire is then undone as an Abort would undo it, its pins and
+// references released, but what its earlier steps moved stays moved. A
+// policy that broke its contract makes it fail with ErrPolicy.
 func (c *Cache) Acquire(req Request) (_ Plan, err error) {
 	if err := req.Priorities.validate(); err != nil {
 		return Plan{}, err

@@ -51,9 +51,11 @@ var (
 	// lock and may call anything.
 	ErrReentrant = errors.New("kvcache: called from a callback of the cache")
 	// ErrBusy reports an operation that needs the cache idle (Clear) while
-	// sequences are still live or transfers in flight, or one that needs
-	// a sequence's blocks committed (Fork) while a transfer still moves
-	// one of them.
+	// sequences are still live, transfers in flight or a long operation
+	// under way; one that needs a sequence's blocks committed (Fork) while
+	// a transfer still moves one of them; or a call from the event sink on
+	// a sequence whose commit, run in steps, delivered the events it
+	// handles (the call would wait for itself).
 	ErrBusy = errors.New("kvcache: busy")
 	// ErrUnitMissing is what a KeyedEngine wraps when a store it reads
 	// from lacks a unit: never written there, evicted by the store, or

@@ -962,8 +962,13 @@ func (c *Cache) settleTransfers() {
 // sequences that waited on a failed transfer learn which tokens to
 // recompute (Readiness). Every call that changes the cache, and
 // Readiness, polls too; a server calls Poll when Completed signals and it
-// has nothing else to call. It returns how many transfers it applied;
-// without an engine it does nothing. Applying a transfer calls the tiers'
+// has nothing else to call. One call applies at most a step's worth of
+// moves (see Long operations in the package doc), so that a finished
+// 32k-token onboard does not hold the lock for its 10⁵ units at once;
+// while moves are left, Completed signals again, so a server that polls
+// whenever it signals applies them all. A transfer counts as finished
+// once all its moves are applied. It returns how many transfers it
+// finished; without an engine it does nothing. Applying a transfer calls the tiers'
 // policies: one that breaks its contract makes Poll return an error
 // wrapping ErrPolicy, like any call that changes the cache.
 func (c *Cache) Poll() (n int, err error) {
