@@ -3,6 +3,7 @@ package kvcache
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/kvtier/kvtier/layout"
 )
@@ -107,24 +108,46 @@ func BenchmarkAcquireCached(b *testing.B) {
 }
 
 // BenchmarkAcquireMiss acquires, commits and releases a new 32k-token
-// prompt per iteration on a GPU that holds exactly one such prompt, so
-// every unit takes a slot from a victim that is offloaded to the CPU
-// (which, once full, drops its own victims). Reported per unit: the
-// miss path (evict, offload, fresh slot).
+// prompt (2,048 blocks of 16 tokens, seed model) per iteration on a GPU
+// that holds exactly one such prompt, so every unit takes a slot from a
+// victim: dropped (drop: no tier below), or offloaded to a CPU tier that,
+// once full, drops its own victims (offload). paged-layer has 28 units
+// per block, all-layers one. Reported: the Acquire alone (the plan:
+// evict, offload, fresh slot) per unit and per block, and the whole
+// iteration per unit.
 func BenchmarkAcquireMiss(b *testing.B) {
+	for _, kind := range []layout.Kind{layout.PagedLayer, layout.AllLayers} {
+		for _, below := range []string{"drop", "offload"} {
+			b.Run(kind.String()+"/"+below, func(b *testing.B) { acquireMiss(b, kind, below == "offload") })
+		}
+	}
+}
+
+func acquireMiss(b *testing.B, kind layout.Kind, offload bool) {
 	const ctx = 32 << 10
-	l := seedPaged(b, 16)
-	units := int64(28 * ctx / 16)
-	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: units}, Capacity{Units: 4 * units})})
+	l, err := layout.New(layout.SeedModel(), kind, 16)
+	if err != nil {
+		b.Fatal(err)
+	}
+	blocks := int64(ctx / 16)
+	units := int64(l.UnitsPerBlock()) * blocks
+	tiers := []TierConfig{{Name: "gpu", Capacity: Capacity{Units: units}}}
+	if offload {
+		tiers = GPUAndCPU(Capacity{Units: units}, Capacity{Units: 4 * units})
+	}
+	c, err := New(Config{Layout: l, Tiers: tiers})
 	if err != nil {
 		b.Fatal(err)
 	}
 	prompt := seqPrompt(0, ctx)
+	var acquire time.Duration
 	run := func(seed int) {
 		for i := range prompt {
 			prompt[i] = uint32(seed)<<24 ^ uint32(i)
 		}
+		start := time.Now()
 		p, err := c.Acquire(Request{Tokens: prompt})
+		acquire += time.Since(start)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -136,12 +159,16 @@ func BenchmarkAcquireMiss(b *testing.B) {
 		}
 	}
 	run(1) // the GPU is full from now on
+	acquire = 0
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		run(i + 2)
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(units), "ns/unit")
+	n := float64(b.N)
+	b.ReportMetric(float64(acquire.Nanoseconds())/n/float64(units), "acquire-ns/unit")
+	b.ReportMetric(float64(acquire.Nanoseconds())/n/float64(blocks), "acquire-ns/block")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/n/float64(units), "ns/unit")
 }
 
 // decodeBatch is the batch of BenchmarkDecodeStep: batch sequences of ctx
