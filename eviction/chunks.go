@@ -1,6 +1,10 @@
 package eviction
 
-import "github.com/kvtier/kvtier/internal/chunked"
+import (
+	"math"
+
+	"github.com/kvtier/kvtier/internal/chunked"
+)
 
 // A policy's state grows with the keys it tracks, and an owner that calls
 // it under a lock (a kvcache tier does) must not pay, in one call, for
@@ -20,6 +24,10 @@ func (c *chunks[T]) at(i int32) *T { return c.a.At(int(i)) }
 
 // len returns the number of elements.
 func (c *chunks[T]) len() int32 { return int32(c.a.Len()) }
+
+// full reports whether the array holds as many elements as an int32 index
+// can name, so that another push would overflow.
+func (c *chunks[T]) full() bool { return c.a.Len() >= math.MaxInt32 }
 
 // push appends v and returns its index.
 func (c *chunks[T]) push(v T) int32 { return int32(c.a.Push(v)) }

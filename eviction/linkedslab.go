@@ -3,7 +3,6 @@ package eviction
 import (
 	"errors"
 	"fmt"
-	"math"
 )
 
 // ErrTooManyKeys reports an Insert into a slab-backed policy (LRU, FIFO,
@@ -61,7 +60,7 @@ func (s *linkedSlab[K, M]) alloc(k K, m M) (int32, error) {
 		s.record(i, undoAlloc)
 		return i, nil
 	}
-	if s.nodes.len() >= math.MaxInt32 {
+	if s.nodes.full() {
 		return 0, fmt.Errorf("%w: %d", ErrTooManyKeys, s.nodes.len())
 	}
 	i := s.nodes.push(linkedNode[K, M]{meta: m, key: k, prev: noLink, next: noLink})

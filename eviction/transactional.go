@@ -312,38 +312,6 @@ func (j *sparseJournal[T]) rollback(a *sparse[T]) {
 	j.commit()
 }
 
-// chunkJournal records the writes to a chunks' elements and its length at
-// Begin, for the arrays a policy keeps beside its slab.
-type chunkJournal[T any] struct {
-	on    bool
-	n     int32
-	saved []savedElem[T]
-}
-
-func (j *chunkJournal[T]) begin(a *chunks[T]) { j.on, j.n = true, a.len() }
-
-// save records element i of a before a write, while a transaction runs.
-func (j *chunkJournal[T]) save(a *chunks[T], i int32) {
-	if j.on && i < j.n {
-		j.saved = append(j.saved, savedElem[T]{i: int(i), v: *a.at(i)})
-	}
-}
-
-func (j *chunkJournal[T]) commit() {
-	j.on = false
-	clear(j.saved)
-	j.saved = j.saved[:0]
-}
-
-// rollback restores a's elements and its length at Begin.
-func (j *chunkJournal[T]) rollback(a *chunks[T]) {
-	for k := len(j.saved) - 1; k >= 0; k-- {
-		*a.at(int32(j.saved[k].i)) = j.saved[k].v
-	}
-	a.truncate(j.n)
-	j.commit()
-}
-
 // Begin starts recording (see [Transactional]).
 func (p *LRU[K]) Begin() {
 	p.Commit()

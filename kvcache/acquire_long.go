@@ -446,12 +446,16 @@ func (op *longAcquire) record(c *Cache) {
 	if op.prefetch {
 		return // no lookup, no table
 	}
+	tells := false
+	for p := range c.geom.pools {
+		tells = tells || c.tiers.arena(GPU, p).tellHits
+	}
 	for i := range c.tx.needs {
 		n := &c.tx.needs[i]
 		p := c.poolOf(n.u)
 		found := lookupTier(n)
 		op.lookups[p*(MaxTiers+1)+int(found)]++
-		if found == GPU && c.tiers.arena(GPU, p).tellHits {
+		if tells && found == GPU && c.tiers.arena(GPU, p).tellHits {
 			op.hits = append(op.hits, n.u)
 		}
 	}

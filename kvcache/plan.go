@@ -27,12 +27,6 @@ type Counts struct {
 	Offloaded, Dropped int
 }
 
-// add returns the sum of k and o.
-func (k Counts) add(o Counts) Counts {
-	return Counts{Hits: k.Hits + o.Hits, Onboarded: k.Onboarded + o.Onboarded, Copied: k.Copied + o.Copied,
-		Computed: k.Computed + o.Computed, Offloaded: k.Offloaded + o.Offloaded, Dropped: k.Dropped + o.Dropped}
-}
-
 // Plan tells the server what an operation did and what it must do next:
 // the tokens to compute into the slots the sequence's block tables now
 // give.

@@ -50,7 +50,7 @@ func (c *Cache) endSequence(call string, id SeqID, aborted bool) (err error) {
 // unlock reports *err), and its pins and references released in steps
 // (see slices.go).
 func (c *Cache) endInSteps(call string, s *sequence, err *error) error {
-	e := &ending{s: s, pinned: c.spanPins(s)}
+	e := &ending{s: s, span: s.span()}
 	c.beginEnd(e)
 	c.unlock(err)
 	if *err != nil {
@@ -130,8 +130,10 @@ func (c *Cache) queueStepUnpins(s *sequence) {
 // end does), then its references, a slice at a time.
 type ending struct {
 	s *sequence
-	// pinned reports whether the sequence pins unit sl of block i.
+	// pinned reports whether the sequence pins unit sl of block i; when
+	// nil, span says it, per block and pool (a live sequence's pins).
 	pinned func(i, sl int) bool
+	span   pinSpan
 	// unpinned and unrefed count the blocks, from the last, whose pins
 	// and references are gone.
 	unpinned, unrefed int
@@ -148,12 +150,6 @@ func (c *Cache) longEnd(s *sequence) bool {
 		n += (len(s.blocks) - int(s.pinLo[p])) * pg.unitsPerBlock
 	}
 	return c.isLong(n)
-}
-
-// spanPins returns the pinned predicate of a live sequence's ending.
-func (c *Cache) spanPins(s *sequence) func(i, sl int) bool {
-	span := s.span()
-	return func(i, sl int) bool { return span.pins(i, c.geom.poolOfSlice(sl)) }
 }
 
 // beginEnd takes e's sequence out of the live ones (Cache.mu held): its
@@ -194,8 +190,11 @@ func (c *Cache) endStep(e *ending) bool {
 		i := n - 1 - e.unpinned
 		base := c.units.base(s.blocks[i])
 		for p := range g.pools {
+			if e.pinned == nil && !e.span.pins(i, p) {
+				continue
+			}
 			for _, sl := range g.pools[p].slices {
-				if e.pinned(i, sl) {
+				if e.pinned == nil || e.pinned(i, sl) {
 					c.unpinUnit(base | UnitID(sl))
 				}
 			}
