@@ -274,7 +274,7 @@ func TestModelAsync(t *testing.T) {
 	}
 	runConfigs(t, modelConfigs(), func(t *testing.T, mc modelConfig) map[string]int {
 		mc.async = true
-		total, _ := runSeeds(t, mc, 1000, modelSeeds(t, 3), steps, nil)
+		total, _ := runSeeds(t, mc, 1000, modelSeeds(t, 2), steps, nil)
 		t.Logf("%v", total)
 		for _, k := range []string{"acquire", "append", "sparse", "release", "truncate", "fork", "clear",
 			"transfer done", "transfer failed", "transfer partly failed", "transfer done at submission", "poll"} {
