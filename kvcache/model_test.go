@@ -1914,8 +1914,8 @@ func TestModelRandomized(t *testing.T) {
 // TestModelSliced runs the model-based test with steps of a few units (see
 // slices.go), so that most Acquires and Releases are long operations,
 // with a Mover and with a TransferEngine: every check of
-// TestModelRandomized holds (a long Acquire plans what one transaction
-// would), and a long Acquire that fails midway leaves no sequence and
+// TestModelRandomized holds (a long Acquire's plan has the form of one
+// transaction's), and a long Acquire that fails midway leaves no sequence and
 // nothing held.
 func TestModelSliced(t *testing.T) {
 	// Fewer steps than TestModelRandomized: every configuration runs twice

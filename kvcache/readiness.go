@@ -28,8 +28,12 @@ type Readiness struct {
 }
 
 // Readiness fills r with what sequence id's kernels may read now, after
-// applying the transfers finished so far (see Poll). Without a
-// TransferEngine every layer is always ready. Reuse r across calls: its
+// applying up to a step's worth of the moves of finished transfers (see
+// Poll). A transfer whose moves are not all applied still counts in
+// Pending and keeps its layers unready; Completed signals again while
+// moves are left, so a server that calls Readiness (or Poll) whenever it
+// signals sees every layer become ready. WaitReady does this loop. Without
+// a TransferEngine every layer is always ready. Reuse r across calls: its
 // slices keep their capacity.
 //
 // It returns an error wrapping ErrUnknownSequence for an id that is not

@@ -36,10 +36,10 @@ import "runtime"
 //     counts reservations out), so the steps that take them cannot run
 //     out of room, whatever runs between them.
 //  3. place: a slice of blocks at a time, units get GPU slots (evicting,
-//     loading, moving victims down), exactly as one transaction would
-//     place them; with a TransferEngine their copies join one open
-//     transfer per KV layer, started when the last step is planned, so a
-//     long prompt makes as many transfers as a short one.
+//     loading, moving victims down) as one transaction places them; with
+//     a TransferEngine their copies join one open transfer per KV layer,
+//     started when the last step is planned, so a long prompt makes as
+//     many transfers as a short one.
 //
 // A step that fails after the first (a Mover's error, a policy's breach)
 // is rolled back like any transaction, and the Acquire is undone as if
@@ -49,10 +49,13 @@ import "runtime"
 // stay cached, Stats counts them). A one-step Acquire leaves the cache
 // unchanged on failure, as before.
 //
-// The plan is computed as one transaction would, so chunked prefill meets
-// it as before: the server computes Plan.Compute in chunks and commits
-// after each; with a TransferEngine it can start on the first layers as
-// soon as Acquire returns, since each layer's transfer starts then.
+// The victims can differ from those of one transaction: the whole prefix
+// is claimed before the first placement, and each step's policies choose
+// from what the steps before left. The plan has the same form, so chunked
+// prefill meets it as before: the server computes Plan.Compute in chunks
+// and commits after each; with a TransferEngine it can start on the first
+// layers as soon as Acquire returns, since each layer's transfer starts
+// then.
 
 // defaultSliceUnits is Cache.sliceUnits unless a test sets it: an
 // operation over more units runs in steps, each of which handles at most
