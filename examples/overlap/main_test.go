@@ -41,3 +41,16 @@ func TestTable(t *testing.T) {
 	require.NoError(t, run(&out, cfg, false))
 	require.Contains(t, out.String(), "layer-wise onboarding: mean TTFT")
 }
+
+// The defaults (the README's command) onboard histories of more than a
+// step's units, so a turn's transfers can all end before Readiness has
+// applied their moves: the server must keep calling it while Completed
+// signals (it used to stop with "waits on transfers that never run").
+func TestDefaultsRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the README's workload; skipped with -short")
+	}
+	var out bytes.Buffer
+	require.NoError(t, run(&out, defaults(), false))
+	require.Contains(t, out.String(), "layer-wise onboarding: mean TTFT")
+}
