@@ -35,9 +35,10 @@ func (m sleepyMover) Copy(b []Copy) error {
 //     registers 2,048 new blocks.
 //
 // Meanwhile a prober runs a small sequence of its own the way a server
-// decodes it: every 20 µs one Append of a token, a BlockTables of the
-// sequence and a Stats, a Readiness every 16 tokens, and a new sequence
-// every 512 tokens (Release, Acquire); it times every call. The copy
+// decodes it: every 20 µs a BlockTables of the sequence and a Stats, every
+// 8th time also an Append of a token, every 128th a Readiness, and every
+// 256 tokens a new sequence (Release, Acquire of 16 tokens); it times
+// every call. The copy
 // engine takes 2 ms per batch (sync-mover: a Mover that sleeps 2 ms per
 // Copy, under the lock) or per transfer (async-engine: an
 // AsyncMemoryStore with a 2 ms latency, on its worker). Reported: the
