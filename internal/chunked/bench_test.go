@@ -14,7 +14,10 @@ import (
 // most accesses miss, and the Array's extra loads (top level, directory
 // block, both mostly cached) add little to the miss itself.
 func BenchmarkAt(b *testing.B) {
-	type elem struct{ next, pad uint64 }
+	type elem struct {
+		next uint64
+		_    uint64 // 16-byte elements, the size of an LRU node
+	}
 	for _, n := range []int{4 << 10, 64 << 10, 1 << 20} {
 		perm := rand.New(rand.NewPCG(1, uint64(n))).Perm(n)
 		s := make([]elem, n)
