@@ -34,6 +34,11 @@ type longAcquire struct {
 	// prepinned marks, by block×slices+slice, the units it pinned.
 	claimed   int
 	prepinned []uint64
+	// claims and claimHits are a claim step's scratch: the units below the
+	// GPU (or of blocks that lost a unit) it counts slots for, and the
+	// prepinned indexes of the GPU units it pins.
+	claims    []UnitID
+	claimHits []int
 	// need counts, per pool, the GPU slots phase 3 takes, as phase 1
 	// found them; reserve is what is still reserved of it, taken the
 	// running step's share (see txn.reserve).
@@ -181,37 +186,55 @@ func (op *longAcquire) claim(c *Cache) func() error {
 		c.tx.owner = op.s
 		op.stepFrame(c)
 		bud := c.newBudget()
-		for first := op.claimed; op.claimed < op.matched && (op.claimed == first || !bud.spent()); op.claimed++ {
-			i := op.claimed
+		// The pins of GPU hits go through the transaction; the claims of
+		// units below, the prepinned bits and the counts of slots needed
+		// are op's own state, which a failed step's rollback does not
+		// touch: they are noted here and applied once the step has
+		// executed, so that a step that fails leaves op as it was.
+		claims, hits := op.claims[:0], op.claimHits[:0]
+		end := op.claimed
+		for first := op.claimed; end < op.matched && (end == first || !bud.spent()); end++ {
+			i := end
 			b := op.nodes[i].Value
 			whole := c.whole(b)
 			base := c.units.base(b)
 			for sl := range g.slices {
 				u := base | UnitID(sl)
-				p := g.slicePool[sl]
 				st := c.units.of(u)
 				if !whole || st.tier != GPU {
-					op.need[p]++ // a slot: loaded, or computed
-					if op.prefetch {
-						op.blockNeed[i]++
-					}
-					if whole && st.flags&unitClaimed == 0 {
-						// Kept where it is until its block's step.
-						st.flags |= unitClaimed
-						if st.busy == 0 {
-							c.tiers.arena(st.tier, int(p)).pin(u)
-						}
-					}
+					claims = append(claims, u)
 					continue
 				}
 				c.addNeed(u)
-				op.prepinned[(i*g.slices+sl)/64] |= 1 << ((i*g.slices + sl) % 64)
+				hits = append(hits, i*g.slices+sl)
 			}
 			bud.units += g.slices
 		}
+		op.claims, op.claimHits = claims, hits
 		if err := c.execute(); err != nil {
 			return err
 		}
+		for _, u := range claims {
+			b := c.units.block(u)
+			p := g.slicePool[c.units.slice(u)]
+			op.need[p]++ // a slot: loaded, or computed
+			i := int(c.units.rec(u).index)
+			if op.prefetch {
+				op.blockNeed[i]++
+			}
+			st := c.units.of(u)
+			if c.whole(b) && st.flags&unitClaimed == 0 {
+				// Kept where it is until its block's step.
+				st.flags |= unitClaimed
+				if st.busy == 0 {
+					c.tiers.arena(st.tier, int(p)).pin(u)
+				}
+			}
+		}
+		for _, k := range hits {
+			op.prepinned[k/64] |= 1 << (k % 64)
+		}
+		op.claimed = end
 		op.record(c)
 		return nil
 	}
