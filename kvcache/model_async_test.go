@@ -152,10 +152,33 @@ func (h *harness) progress() {
 // state that its own unlock does not change: a failed call must leave the
 // cache as it found it.
 func (h *harness) settle() {
+	// declared is how far the commits that wait (Cache.xfer.declared)
+	// have got: every call's unlock retries them, so the harness settles
+	// them too, until a call makes no progress on them.
+	declared := func() (n, done int) {
+		for s := range h.c.xfer.declared {
+			n++
+			done += s.firstPrivate
+		}
+		return n, done
+	}
 	for i := 0; h.poisoned == nil; i++ {
 		h.c.mu.Lock()
 		applying := h.c.applying()
+		n, done := declared()
 		h.c.mu.Unlock()
+		if !applying && n > 0 {
+			if _, err := h.c.Poll(); h.policyBreached(err) {
+				return
+			}
+			h.c.mu.Lock()
+			n2, done2 := declared()
+			h.c.mu.Unlock()
+			if n2 == n && done2 == done {
+				return
+			}
+			continue
+		}
 		if !applying {
 			return
 		}
