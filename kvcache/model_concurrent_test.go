@@ -180,6 +180,18 @@ func runConcurrent(t *testing.T, cc concurrentConfig, seed uint64, rounds int) {
 		w.counted("no space"), w.counted("busy"))
 }
 
+// started records q as the reference of p's new sequence (from an
+// Acquire or a Fork, counted as what), computes what p says, and returns
+// mine with the sequence added.
+func (w *concurrentWorld) started(what string, p Plan, q *concSeq, mine []SeqID) []SeqID {
+	w.mu.Lock()
+	w.seqs[p.Seq] = q
+	w.mu.Unlock()
+	w.count(what)
+	w.compute(p.Seq, q, p.Compute)
+	return append(mine, p.Seq)
+}
+
 // worker runs n random operations on its own sequences, mine (a
 // goroutine of a server), then returns them, with none of its calls in
 // progress.
@@ -207,13 +219,7 @@ func (w *concurrentWorld) worker(rng *rand.Rand, n int, mine []SeqID) []SeqID {
 			if long {
 				w.count("long acquire")
 			}
-			q := &concSeq{keys: keys, tokens: slices.Clone(prompt)}
-			w.mu.Lock()
-			w.seqs[p.Seq] = q
-			w.mu.Unlock()
-			mine = append(mine, p.Seq)
-			w.count("acquire")
-			w.compute(p.Seq, q, p.Compute)
+			mine = w.started("acquire", p, &concSeq{keys: keys, tokens: slices.Clone(prompt)}, mine)
 			continue
 		}
 		k := rng.IntN(len(mine))
@@ -259,13 +265,7 @@ func (w *concurrentWorld) worker(rng *rand.Rand, n int, mine []SeqID) []SeqID {
 			if w.failed(err) {
 				continue
 			}
-			child := &concSeq{keys: q.keys, tokens: slices.Clone(q.tokens)}
-			w.mu.Lock()
-			w.seqs[p.Seq] = child
-			w.mu.Unlock()
-			mine = append(mine, p.Seq)
-			w.count("fork")
-			w.compute(p.Seq, child, p.Compute)
+			mine = w.started("fork", p, &concSeq{keys: q.keys, tokens: slices.Clone(q.tokens)}, mine)
 		case op < 80:
 			base := w.bases[rng.IntN(len(w.bases))]
 			if _, err := c.Prefetch(Request{Tokens: base, Namespace: []string{"", "a"}[rng.IntN(2)]}); !w.failed(err) {
@@ -411,14 +411,7 @@ func (w *concurrentWorld) check(where string) {
 	// which its goroutine wrote).
 	B := c.geom.blockTokens
 	str := w.lay.Strides()
-	owner := map[int32]*sequence{}
-	for _, s := range c.seqs {
-		for _, b := range s.blocks {
-			if c.units.blk(b).node == nil {
-				owner[b] = s
-			}
-		}
-	}
+	owner := c.privateOwners()
 	for b := range c.units.records() {
 		r := c.units.blk(b)
 		if !r.live || r.held == 0 {
@@ -429,13 +422,7 @@ func (w *concurrentWorld) check(where string) {
 		idx := int(r.index)
 		if r.node != nil {
 			keys = r.node.Keys()
-			var chain [][]uint32
-			for n := r.node; n != nil; n = n.Parent() {
-				chain = append(chain, n.Tokens())
-			}
-			for i := len(chain) - 1; i >= 0; i-- {
-				tokens = append(tokens, chain[i]...)
-			}
+			tokens, _ = chainTokens(r.node)
 		} else {
 			s := owner[int32(b)]
 			require.NotNil(t, s, "%s: private block %d without owner", where, b)

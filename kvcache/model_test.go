@@ -842,12 +842,9 @@ func (q *refSeq) cut(n int) {
 }
 
 // checkBytes verifies every unit with bytes against its tokens.
-func (h *harness) checkBytes() {
-	c := h.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	B := c.geom.blockTokens
-	str := h.lay.Strides()
+// privateOwners maps every private block of a live sequence (one not in
+// the prefix tree) to its sequence (Cache.mu held).
+func (c *Cache) privateOwners() map[int32]*sequence {
 	owner := map[int32]*sequence{}
 	for _, s := range c.seqs {
 		for _, b := range s.blocks {
@@ -856,6 +853,30 @@ func (h *harness) checkBytes() {
 			}
 		}
 	}
+	return owner
+}
+
+// chainTokens returns the tokens of n's chain, from the root's child down
+// to n, and the number of nodes in it.
+func chainTokens(n *radix.Node[int32]) ([]uint32, int) {
+	var chain [][]uint32
+	for ; n != nil; n = n.Parent() {
+		chain = append(chain, n.Tokens())
+	}
+	var tokens []uint32
+	for i := len(chain) - 1; i >= 0; i-- {
+		tokens = append(tokens, chain[i]...)
+	}
+	return tokens, len(chain)
+}
+
+func (h *harness) checkBytes() {
+	c := h.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	B := c.geom.blockTokens
+	str := h.lay.Strides()
+	owner := c.privateOwners()
 	// A tree block holds only committed, hence written, KV: every byte of
 	// every unit with bytes is checked. A private block is checked where
 	// its owner's server wrote it.
@@ -871,14 +892,9 @@ func (h *harness) checkBytes() {
 		idx := int(r.index)
 		if r.node != nil {
 			keys = r.node.Keys()
-			var chain [][]uint32
-			for n := r.node; n != nil; n = n.Parent() {
-				chain = append(chain, n.Tokens())
-			}
-			for i := len(chain) - 1; i >= 0; i-- {
-				tokens = append(tokens, chain[i]...)
-			}
-			require.Equal(h.t, idx+1, len(chain))
+			var depth int
+			tokens, depth = chainTokens(r.node)
+			require.Equal(h.t, idx+1, depth)
 		} else {
 			s := owner[int32(b)]
 			if r.orphan {
