@@ -13,6 +13,39 @@ package eviction
 // Policies are not safe for concurrent use: the owner serializes all calls.
 // Calls naming an unknown key (Access, Pin, Unpin, Remove) are no-ops, so an
 // owner never has to look a key up before telling the policy about it.
+//
+// The conformance suite of package evictiontest checks an implementation
+// with one call, evictiontest.Run(t, factory). It expects a policy to:
+//
+//   - start empty, and count in Len every tracked key, pinned or not,
+//     after every call;
+//   - return from Evict only tracked keys that are not pinned (so each at
+//     most once per Insert, and never one removed), and false exactly when
+//     no tracked key is evictable, even after the clock has moved;
+//   - not count pins: Pin twice then Unpin once leaves a key evictable, and
+//     Unpin of an evictable key is not held against a later Pin;
+//   - refuse an Insert of a tracked key, pinned or not, with an error
+//     wrapping ErrKeyExists and no other effect, and an Insert of a
+//     malformed Entry with an error wrapping ErrInvalidEntry, leaving the
+//     key untracked;
+//   - change nothing on Access, Pin, Unpin or Remove of a key never
+//     inserted (a Pin before Insert does not pin the key);
+//   - let a key that was removed, pinned or not, or evicted be inserted
+//     again, evictable;
+//   - be deterministic: two policies given the same calls and the same
+//     clock readings choose the same victims (so a policy reads time only
+//     from the Clock its factory is given);
+//   - allocate nothing in a steady-state cycle of Access, Pin, Unpin, Evict
+//     and Insert, a promise of this package's policies rather than of the
+//     contract, which a test waives with evictiontest.AllowAllocs;
+//   - keep the promise of each optional interface it implements:
+//     Access of a pinned key changes no victim when IgnoresPinnedAccess
+//     says so ([PinnedAccessIgnorer]), InsertPinned is Insert then Pin
+//     ([PinnedInserter]), Forget of a tracked key or of one never inserted
+//     changes nothing ([Forgetter]), and Rollback is exact ([Transactional]):
+//     calls between Begin and Rollback change no later victim, calls
+//     between Begin and Commit count as ordinary calls, and Commit or
+//     Rollback outside a transaction do nothing.
 type Policy[K comparable] interface {
 	// Insert starts tracking k as evictable, described by e. It returns an
 	// error wrapping ErrInvalidEntry when e is malformed (for example a size

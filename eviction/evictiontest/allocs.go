@@ -89,7 +89,10 @@ func (s *steadyState) cycle() {
 	s.clk.Advance(time.Millisecond)
 }
 
-func checkNoAllocs(t *testing.T, newPolicy policyFactory) {
+// checkNoAllocs drives a policy through steady-state cycles, failing if
+// Evict or Insert misbehave, and requires a cycle to allocate nothing
+// unless allowAllocs, in which case it skips when the cycle allocates.
+func checkNoAllocs(t *testing.T, newPolicy policyFactory, allowAllocs bool) {
 	const resident = suiteCapacity / 2
 	p, clk := newCase(t, newPolicy)
 	s := newSteadyState(p, clk, 2*resident)
@@ -108,7 +111,10 @@ func checkNoAllocs(t *testing.T, newPolicy policyFactory) {
 	if s.failed {
 		t.Fatal("during measurement an Insert of an untracked key failed, or Evict returned false or an untracked key, with evictable keys resident")
 	}
-	if allocs != 0 {
-		t.Fatalf("a steady-state cycle (Access, Pin, Access, Unpin, Evict, Insert) allocates %v times on average, want 0", allocs)
+	switch {
+	case allocs != 0 && allowAllocs:
+		t.Skipf("a steady-state cycle (Access, Pin, Access, Unpin, Evict, Insert) allocates %v times on average; not a failure: the zero-allocation check was waived with evictiontest.AllowAllocs", allocs)
+	case allocs != 0:
+		t.Fatalf("a steady-state cycle (Access, Pin, Access, Unpin, Evict, Insert) allocates %v times on average, want 0 (a policy that does not promise zero allocations passes evictiontest.AllowAllocs() to Run)", allocs)
 	}
 }

@@ -1,6 +1,7 @@
 package evictiontest_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,10 +20,18 @@ import (
 type slicePolicy struct {
 	items []sliceItem
 	bug   string
-	// scratch backs the allocating bug without a compiler being able to
+	// scratch backs the allocating bugs without a compiler being able to
 	// prove the allocation away.
 	scratch [][]int
+	// evictions counts successful Evict calls, for the "allocateThenStall"
+	// bug.
+	evictions int
 }
+
+// stallAfter is how many keys a slicePolicy with the "allocateThenStall"
+// bug evicts before its Evict starts returning false whatever it tracks:
+// more than any check but NoAllocsSteadyState makes one policy evict.
+const stallAfter = 8000
 
 type sliceItem struct {
 	key    int
@@ -104,8 +113,11 @@ func (p *slicePolicy) Remove(k int) {
 }
 
 func (p *slicePolicy) Evict() (int, bool) {
-	if p.bug == "allocate" {
+	if p.bug == "allocate" || p.bug == "allocateThenStall" {
 		p.scratch = append(p.scratch[:0], make([]int, len(p.items)+1))
+	}
+	if p.bug == "allocateThenStall" && p.evictions >= stallAfter {
+		return 0, false
 	}
 	start := 0
 	if p.bug == "random" && len(p.items) > 0 {
@@ -121,6 +133,7 @@ func (p *slicePolicy) Evict() (int, bool) {
 		if p.items[i].pinned == 0 || p.bug == "evictPinned" {
 			k := p.items[i].key
 			p.items = slices.Delete(p.items, i, i+1)
+			p.evictions++
 			return k, true
 		}
 	}
@@ -141,17 +154,58 @@ func (p *slicePolicy) Len() int {
 }
 
 // bugEnv selects the slicePolicy bug in the child process of
-// TestSuiteCatchesBrokenPolicies; unset, the policy is correct.
+// TestSuiteCatchesBrokenPolicies and TestAllowAllocs; unset, the policy is
+// correct.
 const bugEnv = "EVICTIONTEST_SLICE_POLICY_BUG"
 
+// optionsEnv selects the options TestSuiteOnSlicePolicy passes to Run in
+// the child process of TestAllowAllocs: "allowAllocs" passes AllowAllocs;
+// unset, none.
+const optionsEnv = "EVICTIONTEST_SLICE_POLICY_OPTIONS"
+
 // TestSuiteOnSlicePolicy runs the suite on the plain slice policy, which
-// must pass. TestSuiteCatchesBrokenPolicies reruns it with a bug switched
-// on.
+// must pass. TestSuiteCatchesBrokenPolicies and TestAllowAllocs rerun it
+// with a bug switched on, or options.
 func TestSuiteOnSlicePolicy(t *testing.T) {
 	bug := os.Getenv(bugEnv)
+	var opts []evictiontest.Option
+	switch o := os.Getenv(optionsEnv); o {
+	case "":
+	case "allowAllocs":
+		opts = append(opts, evictiontest.AllowAllocs())
+	default:
+		t.Fatalf("%s=%q: unknown options", optionsEnv, o)
+	}
 	evictiontest.Run(t, func(evictiontest.Config) eviction.Policy[int] {
 		return &slicePolicy{bug: bug}
-	})
+	}, opts...)
+}
+
+// runSlicePolicySuite runs TestSuiteOnSlicePolicy in a child process with
+// the slice policy's bug and the options set as bugEnv and optionsEnv
+// describe, and returns its verbose output and whether it passed.
+func runSlicePolicySuite(t *testing.T, bug, options string) (out string, passed bool) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSuiteOnSlicePolicy$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), bugEnv+"="+bug, optionsEnv+"="+options)
+	b, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("running the suite in a child process: %v", err)
+	}
+	return string(b), err == nil
+}
+
+// subtestResult returns the result ("PASS", "FAIL" or "SKIP") that verbose
+// output out reports for the check name of TestSuiteOnSlicePolicy, or ""
+// when it reports none.
+func subtestResult(out, name string) string {
+	for _, r := range []string{"PASS", "FAIL", "SKIP"} {
+		if strings.Contains(out, "--- "+r+": TestSuiteOnSlicePolicy/"+name+" ") {
+			return r
+		}
+	}
+	return ""
 }
 
 func TestSuiteCatchesBrokenPolicies(t *testing.T) {
@@ -173,17 +227,66 @@ func TestSuiteCatchesBrokenPolicies(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.bug, func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "-test.run=^TestSuiteOnSlicePolicy$", "-test.v", "-test.count=1")
-			cmd.Env = append(os.Environ(), bugEnv+"="+c.bug)
-			out, err := cmd.CombinedOutput()
-			if err == nil {
+			out, passed := runSlicePolicySuite(t, c.bug, "")
+			if passed {
 				t.Fatalf("the suite passed a policy with bug %q; output:\n%s", c.bug, out)
 			}
 			for _, name := range c.wantFails {
-				if !strings.Contains(string(out), "--- FAIL: TestSuiteOnSlicePolicy/"+name+" ") {
+				if subtestResult(out, name) != "FAIL" {
 					t.Errorf("with bug %q, check %s did not fail; output:\n%s", c.bug, name, out)
 				}
 			}
 		})
 	}
+}
+
+// TestAllowAllocs checks that AllowAllocs waives the zero-allocation check,
+// and nothing else: a policy that allocates in steady state fails the suite
+// without the option and passes it with the option, while the option keeps
+// every check of the contract, the steady-state cycle's included.
+func TestAllowAllocs(t *testing.T) {
+	cases := []struct {
+		name, bug, options string
+		wantPass           bool
+		want               map[string]string // check name: its result
+	}{
+		{"AllocatingWithout", "allocate", "", false,
+			map[string]string{"NoAllocsSteadyState": "FAIL", "RandomOps": "PASS"}},
+		{"AllocatingWith", "allocate", "allowAllocs", true,
+			map[string]string{"NoAllocsSteadyState": "SKIP", "RandomOps": "PASS"}},
+		// A policy that allocates nothing passes the check as usual.
+		{"CorrectWith", "", "allowAllocs", true,
+			map[string]string{"NoAllocsSteadyState": "PASS"}},
+		// The option waives no check of the contract.
+		{"EvictPinnedWith", "evictPinned", "allowAllocs", false,
+			map[string]string{"AllPinned": "FAIL", "RandomOps": "FAIL", "NoAllocsSteadyState": "PASS"}},
+		// Nor the steady-state cycle's own checks: Evict must keep choosing
+		// victims while evictable keys are resident.
+		{"StallWith", "allocateThenStall", "allowAllocs", false,
+			map[string]string{"NoAllocsSteadyState": "FAIL", "RandomOps": "PASS", "Deterministic": "PASS"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, passed := runSlicePolicySuite(t, c.bug, c.options)
+			if passed != c.wantPass {
+				t.Fatalf("with bug %q and options %q the suite passed = %t, want %t; output:\n%s", c.bug, c.options, passed, c.wantPass, out)
+			}
+			for name, want := range c.want {
+				if got := subtestResult(out, name); got != want {
+					t.Errorf("with bug %q and options %q, check %s reported %q, want %q; output:\n%s", c.bug, c.options, name, got, want, out)
+				}
+			}
+			if c.wantPass && strings.Contains(out, "--- FAIL") {
+				t.Errorf("with bug %q and options %q the suite passed but a check failed; output:\n%s", c.bug, c.options, out)
+			}
+		})
+	}
+}
+
+// TestAllowAllocsOnListLRU runs the suite, with AllowAllocs, on the policy
+// of ExampleAllowAllocs, which keeps the contract but allocates.
+func TestAllowAllocsOnListLRU(t *testing.T) {
+	evictiontest.Run(t, func(evictiontest.Config) eviction.Policy[int] {
+		return newListLRU()
+	}, evictiontest.AllowAllocs())
 }

@@ -34,9 +34,12 @@ const MaxKey = 2047
 // Run checks that the policies newPolicy builds keep the [eviction.Policy]
 // contract. Each check is a subtest of t; newPolicy is called for every
 // policy a check needs, with a fresh Config each time, and must return a
-// new, empty policy. See the package documentation for the list of checks.
-func Run(t *testing.T, newPolicy func(cfg Config) eviction.Policy[int]) {
+// new, empty policy. Unless opts waive it with [AllowAllocs], Run also
+// checks a promise beyond the contract: that the policy allocates nothing
+// in steady state. See the package documentation for the list of checks.
+func Run(t *testing.T, newPolicy func(cfg Config) eviction.Policy[int], opts ...Option) {
 	t.Helper()
+	s := newSettings(opts)
 	checks := []struct {
 		name string
 		run  func(*testing.T, func(Config) eviction.Policy[int])
@@ -52,7 +55,7 @@ func Run(t *testing.T, newPolicy func(cfg Config) eviction.Policy[int]) {
 		{"PinnedKeepsHistory", checkPinnedKeepsHistory},
 		{"RandomOps", checkRandomOps},
 		{"Deterministic", checkDeterministic},
-		{"NoAllocsSteadyState", checkNoAllocs},
+		{"NoAllocsSteadyState", func(t *testing.T, newPolicy policyFactory) { checkNoAllocs(t, newPolicy, s.allowAllocs) }},
 		{"PinnedAccessIgnored", checkPinnedAccessIgnored},
 		{"InsertPinned", checkInsertPinned},
 		{"ForgetLiveKeys", checkForgetLiveKeys},

@@ -35,7 +35,7 @@ func loadCloudPhysics(t testing.TB) []trace.Request {
 const mib = 1 << 20
 
 // libCacheSim's published results for cloudPhysicsIO (test/test_evictionAlgo.c,
-// also in ../shared/traces/README.md): byte-sized caches of 128 to 1024 MiB.
+// also in TRACES.md): byte-sized caches of 128 to 1024 MiB.
 var (
 	libCacheSimSizes  = []int64{128 * mib, 256 * mib, 384 * mib, 512 * mib, 640 * mib, 768 * mib, 896 * mib, 1024 * mib}
 	libCacheSimMisses = map[string][]int64{
