@@ -13,7 +13,8 @@ import (
 )
 
 // mooncakeTrace is the Mooncake conversation trace, relative to this
-// package's directory (see ../../shared/traces/README.md).
+// package's directory (TRACES.md at the repository's root says where it
+// comes from).
 var mooncakeTrace = filepath.Join("..", "..", "shared", "traces", "mooncake_conversation.jsonl")
 
 type mooncakeRequest struct {

@@ -33,6 +33,7 @@ import (
 	"os"
 
 	"github.com/kvtier/kvtier/internal/jsonlines"
+	"github.com/kvtier/kvtier/internal/progress"
 	"github.com/kvtier/kvtier/layout"
 )
 
@@ -47,7 +48,8 @@ func main() {
 }
 
 // run parses args, simulates every configuration and writes the report to
-// stdout; flag usage and export notices go to stderr.
+// stdout; flag usage, a progress line per configuration and export notices
+// go to stderr.
 func run(args []string, stdout, stderr io.Writer) error {
 	cfg, err := parseFlags(args, stderr)
 	if err != nil {
@@ -74,7 +76,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
-	results, err := runAll(jobs, w, &cfg)
+	results, err := runAll(jobs, w, &cfg, progress.New(stderr, "bsasim", len(jobs)))
 	if err != nil {
 		return err
 	}

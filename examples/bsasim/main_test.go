@@ -127,6 +127,19 @@ func TestSeedWorstCase(t *testing.T) {
 	}
 }
 
+// Each configuration writes one progress line to stderr, and none of them
+// reaches stdout.
+func TestProgressOnStderr(t *testing.T) {
+	var out, errOut bytes.Buffer
+	require.NoError(t, run([]string{"-sequences", "1", "-steps", "2", "-layouts", "bsa", "-policies", "lru,fifo", "-sizes", "1,2", "-json"}, &out, &errOut))
+	require.NotContains(t, out.String(), "done (")
+	lines := strings.Split(strings.TrimSuffix(errOut.String(), "\n"), "\n")
+	require.Len(t, lines, 4, errOut.String())
+	for _, l := range lines {
+		require.Regexp(t, `^bsasim: bsa/(lru|fifo)/[12] GiB done \([1-4]/4, [0-9hms]+\)$`, l)
+	}
+}
+
 func TestJSONFields(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, run([]string{"-sequences", "1", "-steps", "2", "-layouts", "bsa", "-policies", "lru", "-sizes", "1", "-json"}, &out, io.Discard))

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kvtier/kvtier/eviction"
 	"github.com/kvtier/kvtier/internal/parallel"
+	"github.com/kvtier/kvtier/internal/progress"
 	"github.com/kvtier/kvtier/kvcache"
 	"github.com/kvtier/kvtier/layout"
 )
@@ -231,12 +232,14 @@ func worstUnits(lay *layout.Layout, cfg *config) int64 {
 
 // runAll simulates every job, cfg.parallel at a time, and returns the
 // results in the order of jobs (so output does not depend on scheduling).
-func runAll(jobs []job, w *workload, cfg *config) ([]result, error) {
+// prog gets a line as each job finishes.
+func runAll(jobs []job, w *workload, cfg *config, prog *progress.Reporter) ([]result, error) {
 	return parallel.Map(jobs, cfg.parallel, func(j job) (result, error) {
 		r, err := simulate(j, w, cfg)
 		if err != nil {
 			return result{}, fmt.Errorf("%s/%s/%g GiB: %w", j.layoutName, j.pol.name, j.sizeGiB, err)
 		}
+		prog.Done(fmt.Sprintf("%s/%s/%g GiB", j.layoutName, j.pol.name, j.sizeGiB))
 		return r, nil
 	})
 }

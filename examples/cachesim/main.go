@@ -61,9 +61,13 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"strings"
 )
 
 func main() {
@@ -74,13 +78,17 @@ func main() {
 }
 
 // run parses args, runs every replay and writes one line per result to
-// stdout. Usage and flag errors go to stderr.
+// stdout. Usage and flag errors go to stderr. A trace missing from the
+// shared traces folder gets a pointer to TRACES.md.
 func run(args []string, stdout, stderr io.Writer) error {
 	opts, err := parseArgs(args, stderr)
 	if err != nil {
 		return err
 	}
 	results, err := simulate(opts)
+	if errors.Is(err, fs.ErrNotExist) && strings.Contains(filepath.ToSlash(opts.tracePath), "shared/traces/") {
+		return fmt.Errorf("%w (the public traces are not in the repository: TRACES.md at its root says where to get them)", err)
+	}
 	if err != nil {
 		return err
 	}

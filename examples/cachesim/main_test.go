@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -201,6 +203,21 @@ func TestCachesimErrors(t *testing.T) {
 		}
 		require.Empty(t, out.String(), name)
 	}
+}
+
+// A trace missing from the shared traces folder, streamed or not, gets a
+// pointer to TRACES.md; any other missing trace gets the plain error.
+func TestMissingSharedTraceSaysWhereToGetIt(t *testing.T) {
+	dir := t.TempDir()
+	shared := filepath.Join(dir, "shared", "traces", "cloudPhysicsIO.oracleGeneral.bin")
+	for _, extra := range [][]string{nil, {"-stream"}} {
+		err := run(append([]string{shared, "oracleGeneral", "lru", "1MiB"}, extra...), io.Discard, io.Discard)
+		require.ErrorIs(t, err, fs.ErrNotExist, extra)
+		require.Contains(t, err.Error(), "TRACES.md", extra)
+	}
+	err := run([]string{filepath.Join(dir, "other.bin"), "oracleGeneral", "lru", "1MiB"}, io.Discard, io.Discard)
+	require.ErrorIs(t, err, fs.ErrNotExist)
+	require.NotContains(t, err.Error(), "TRACES.md")
 }
 
 func TestParseSize(t *testing.T) {

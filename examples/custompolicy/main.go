@@ -24,20 +24,24 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout); err != nil {
+	if err := runTo(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "custompolicy:", err)
 		os.Exit(1)
 	}
 }
 
-// run parses args, loads the trace, replays it through every (policy, cache
-// size) pair and writes the report.
-func run(args []string, stdout io.Writer) error {
+// run is runTo with notes to the process's standard error.
+func run(args []string, stdout io.Writer) error { return runTo(args, stdout, os.Stderr) }
+
+// runTo parses args, loads the trace, replays it through every (policy,
+// cache size) pair and writes the report to stdout; stderr gets a note
+// when the default trace is absent and a generated one replaces it.
+func runTo(args []string, stdout, stderr io.Writer) error {
 	o, err := parseFlags(args)
 	if err != nil {
 		return err
 	}
-	src, err := loadSource(o)
+	src, err := loadSource(o, stderr)
 	if err != nil {
 		return err
 	}

@@ -31,8 +31,8 @@ func runRows(t *testing.T, args ...string) []row {
 }
 
 // The shipped policies, driven the way this example drives its own, give
-// libCacheSim's published miss counts (../shared/traces/README.md), so the
-// comparison table is wired right.
+// libCacheSim's published miss counts (TRACES.md at the repository's
+// root), so the comparison table is wired right.
 func TestShippedPoliciesMatchLibCacheSim(t *testing.T) {
 	if _, err := os.Stat(cloudPhysics); err != nil {
 		t.Skipf("cloudPhysicsIO trace not found at %s (the shared traces folder is absent)", cloudPhysics)
@@ -85,12 +85,13 @@ func TestZipfComparison(t *testing.T) {
 
 // Without -trace and without the shared folder (the test runs in this
 // package's directory, where ../shared/traces does not exist), the program
-// falls back to the Zipf trace; the text output and the SVG have what they
-// promise.
+// falls back to the Zipf trace and says so on stderr; the text output and
+// the SVG have what they promise.
 func TestFallbackTextAndSVG(t *testing.T) {
 	svg := filepath.Join(t.TempDir(), "miss.svg")
-	var out bytes.Buffer
-	require.NoError(t, run([]string{"-zipf-requests", "20000", "-zipf-objects", "2000", "-svg", svg}, &out))
+	var out, errOut bytes.Buffer
+	require.NoError(t, runTo([]string{"-zipf-requests", "20000", "-zipf-objects", "2000", "-svg", svg}, &out, &errOut))
+	assert.Equal(t, "custompolicy: no trace at "+defaultTrace+" (libCacheSim's cloudPhysicsIO trace; TRACES.md at the repository's root says how to get it): replaying a generated Zipf trace instead\n", errOut.String())
 	s := out.String()
 	assert.Contains(t, s, "trace zipf(alpha=0.9, 2000 objects, seed 1): 20000 requests")
 	assert.Regexp(t, `(?m)^\s+cache size\s+lfu\s+lru\s+fifo\s+s3fifo$`, s)

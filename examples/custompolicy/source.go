@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -32,9 +33,13 @@ type source struct {
 
 // loadSource reads the trace the options name, or generates the Zipf one.
 // The default trace falls back to Zipf when it is absent (a fresh clone
-// has no ../shared); a trace named with -trace must exist.
-func loadSource(o options) (source, error) {
+// has no ../shared), with a note on stderr; a trace named with -trace must
+// exist.
+func loadSource(o options, stderr io.Writer) (source, error) {
 	if o.zipf || (!o.traceSet && !exists(o.trace)) {
+		if !o.zipf {
+			fmt.Fprintf(stderr, "custompolicy: no trace at %s (libCacheSim's cloudPhysicsIO trace; TRACES.md at the repository's root says how to get it): replaying a generated Zipf trace instead\n", o.trace)
+		}
 		reqs, err := zipfTrace(o.seed, o.zipfRequests, o.zipfObjects, o.zipfAlpha)
 		if err != nil {
 			return source{}, err

@@ -39,13 +39,13 @@ func main() {
 }
 
 // run parses args, simulates every policy and writes the report to stdout;
-// usage and flag errors go to stderr.
+// usage, flag errors and a progress line per simulated run go to stderr.
 func run(args []string, stdout, stderr io.Writer) error {
 	cfg, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
 	}
-	rep, err := simulateAll(cfg)
+	rep, err := simulateAll(cfg, stderr)
 	if err != nil {
 		return err
 	}

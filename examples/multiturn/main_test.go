@@ -36,7 +36,7 @@ var shared struct {
 // sharedReport returns the report of smallArgs.
 func sharedReport(t *testing.T) *report {
 	t.Helper()
-	shared.once.Do(func() { shared.rep, shared.err = simulateAll(smallConfig(t)) })
+	shared.once.Do(func() { shared.rep, shared.err = simulateAll(smallConfig(t), nil) })
 	require.NoError(t, shared.err)
 	return shared.rep
 }

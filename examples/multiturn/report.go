@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/kvtier/kvtier/internal/parallel"
+	"github.com/kvtier/kvtier/internal/progress"
 )
 
 // report is the outcome of a run: the setting and one row per policy and
@@ -28,8 +29,9 @@ type report struct {
 }
 
 // simulateAll generates the workload of c and replays it under every policy
-// at every GPU size.
-func simulateAll(c config) (*report, error) {
+// at every GPU size. stderr, when not nil, gets a line as each run
+// finishes.
+func simulateAll(c config, stderr io.Writer) (*report, error) {
 	l, err := newLayout(c)
 	if err != nil {
 		return nil, err
@@ -56,8 +58,13 @@ func simulateAll(c config) (*report, error) {
 		}
 	}
 	// On failure the error is the first in report order.
+	prog := progress.New(stderr, "multiturn", len(jobs))
 	rep.rows, err = parallel.Map(jobs, runtime.GOMAXPROCS(0), func(j job) (result, error) {
-		return simulate(c, &w, j.p, j.gpu)
+		r, err := simulate(c, &w, j.p, j.gpu)
+		if err == nil {
+			prog.Done(fmt.Sprintf("%s at %.3g GiB", j.p.name, j.gpu))
+		}
+		return r, err
 	})
 	if err != nil {
 		return nil, err

@@ -34,6 +34,7 @@ import (
 
 	"github.com/kvtier/kvtier/internal/jsonlines"
 	"github.com/kvtier/kvtier/internal/parallel"
+	"github.com/kvtier/kvtier/internal/progress"
 	"github.com/kvtier/kvtier/kvcache"
 	"github.com/kvtier/kvtier/layout"
 	"github.com/kvtier/kvtier/tierstore"
@@ -526,11 +527,13 @@ func runFleet(o options, reqs []request, total int, stdout, stderr io.Writer) er
 	}
 	maxRatio := ratio(b.tokenHits, b.tokens)
 	start := time.Now()
+	prog := progress.New(stderr, "prefixreplay", len(setups))
 	results, err := parallel.Map(setups, par, func(s fleetSetup) ([]fleetRow, error) {
 		rows, err := replayFleet(reqs, s, maxRatio)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", s.config, err)
 		}
+		prog.Done(fmt.Sprintf("%s, %d servers", s.config, s.servers))
 		return rows, nil
 	})
 	if err != nil {

@@ -17,13 +17,16 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"runtime"
 	"time"
 
 	"github.com/kvtier/kvtier/internal/jsonlines"
+	"github.com/kvtier/kvtier/internal/progress"
 )
 
 func main() {
@@ -33,18 +36,32 @@ func main() {
 	}
 }
 
+// missingTraceHelp says, when the default trace is absent, that this
+// program has no generated fallback and how to get the trace (TRACES.md).
+const missingTraceHelp = "prefixreplay replays the Mooncake conversation trace and has no generated fallback; " +
+	"from the repository's root, get the trace (see TRACES.md) with\n" +
+	"  mkdir -p ../shared/traces && curl -fLo " + defaultTrace + " " + mooncakeTraceURL + "\n" +
+	"or name another trace in Mooncake's format with -trace FILE"
+
+// mooncakeTraceURL is where Mooncake publishes the trace of defaultTrace.
+const mooncakeTraceURL = "https://raw.githubusercontent.com/kvcache-ai/Mooncake/main/FAST25-release/traces/conversation_trace.jsonl"
+
 // run is runTo with notes to the process's standard error.
 func run(args []string, stdout io.Writer) error { return runTo(args, stdout, os.Stderr) }
 
 // runTo parses args, replays the trace for every (policy, capacity) pair,
 // or with -servers through a fleet of servers (fleet.go), and writes the
-// report to stdout; stderr gets notes (a skipped configuration).
+// report to stdout; stderr gets notes (a missing trace, a skipped
+// configuration) and a progress line per finished setting.
 func runTo(args []string, stdout, stderr io.Writer) error {
 	o, err := parseFlags(args)
 	if err != nil {
 		return err
 	}
 	reqs, err := readTraceFile(o.trace)
+	if errors.Is(err, fs.ErrNotExist) && o.trace == defaultTrace {
+		return fmt.Errorf("%w\n%s", err, missingTraceHelp)
+	}
 	if err != nil {
 		return err
 	}
@@ -70,7 +87,8 @@ func runTo(args []string, stdout, stderr io.Writer) error {
 		o.parallel = runtime.GOMAXPROCS(0)
 	}
 	start := time.Now()
-	rows, err := simulateAll(reqs, settings, simOptions{seed: o.seed, cost: retentionCost(o.alpha, o.beta), parallel: o.parallel})
+	rows, err := simulateAll(reqs, settings, simOptions{seed: o.seed, cost: retentionCost(o.alpha, o.beta), parallel: o.parallel,
+		prog: progress.New(stderr, "prefixreplay", len(settings))})
 	if err != nil {
 		return err
 	}

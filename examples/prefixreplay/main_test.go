@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -18,6 +20,28 @@ import (
 
 // mooncakeTrace is the shared trace, relative to this package's directory.
 var mooncakeTrace = filepath.Join("..", "..", "..", "shared", "traces", "mooncake_conversation.jsonl")
+
+// Without the trace at its default place (the test runs in this package's
+// directory, where ../shared/traces does not exist), the program fails with
+// an error that names the file and says how to get it; a trace named with
+// -trace that is missing gets the plain error.
+func TestMissingDefaultTrace(t *testing.T) {
+	if _, err := os.Stat(defaultTrace); err == nil {
+		t.Skipf("%s exists from this package's directory", defaultTrace)
+	}
+	var out bytes.Buffer
+	err := runTo(nil, &out, io.Discard)
+	require.ErrorIs(t, err, fs.ErrNotExist)
+	assert.Contains(t, err.Error(), defaultTrace)
+	assert.Contains(t, err.Error(), "TRACES.md")
+	assert.Contains(t, err.Error(), "curl -fLo "+defaultTrace+" "+mooncakeTraceURL)
+	assert.Empty(t, out.String())
+	missing := filepath.Join(t.TempDir(), "missing.jsonl")
+	err = runTo([]string{"-trace", missing}, &out, io.Discard)
+	require.ErrorIs(t, err, fs.ErrNotExist)
+	assert.Contains(t, err.Error(), missing)
+	assert.NotContains(t, err.Error(), "TRACES.md")
+}
 
 // loadMooncake reads the shared trace, skipping the test when it is absent.
 func loadMooncake(t *testing.T) []request {

@@ -8,6 +8,7 @@ import (
 	"github.com/kvtier/kvtier/costmodel"
 	"github.com/kvtier/kvtier/eviction"
 	"github.com/kvtier/kvtier/internal/parallel"
+	"github.com/kvtier/kvtier/internal/progress"
 	"github.com/kvtier/kvtier/kvcache"
 	"github.com/kvtier/kvtier/layout"
 )
@@ -55,6 +56,8 @@ type simOptions struct {
 	seed     uint64
 	cost     costmodel.Recompute
 	parallel int
+	// prog, when not nil, gets a line as each setting finishes.
+	prog *progress.Reporter
 }
 
 // simulate replays reqs through a kvcache of the given setting, one request
@@ -180,6 +183,11 @@ func simulateAll(reqs []request, settings []setting, opt simOptions) ([]result, 
 		if err != nil {
 			return result{}, fmt.Errorf("%s at %d tokens: %w", st.policy, st.capacityTokens, err)
 		}
+		capacity := formatTokens(st.capacityTokens)
+		if st.unlimited {
+			capacity = "unlimited"
+		}
+		opt.prog.Done(fmt.Sprintf("%s at %s tokens", st.policy, capacity))
 		return r, nil
 	})
 }

@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvtier/kvtier/internal/progress"
 	"github.com/kvtier/kvtier/internal/tlsfiles"
 	"github.com/kvtier/kvtier/kvcache"
 	"github.com/kvtier/kvtier/layout"
@@ -269,9 +270,16 @@ func (b *bench) buffers(n, size int, random bool) [][]byte {
 	return bufs
 }
 
-// runAll measures every cell, calling emit with each result.
+// runAll measures every cell, calling emit with each result, and writes a
+// progress line to b.msg after each unit size and batch size (and after
+// each unit size's engine transfers).
 func (b *bench) runAll(emit func(result)) error {
 	maxBatch := slices.Max(b.cfg.batches)
+	phases := len(b.cfg.batches)
+	if len(b.cfg.engine) > 0 {
+		phases++
+	}
+	prog := progress.New(b.msg, "storebench", len(b.cfg.sizes)*phases)
 	for _, size := range b.cfg.sizes {
 		fp := uint64(size) * 0x9e3779b97f4a7c15
 		if l, err := layoutFor(size); err == nil {
@@ -292,6 +300,7 @@ func (b *bench) runAll(emit func(result)) error {
 					return fmt.Errorf("%s, unit %d bytes, batch %d: %w", t.name, size, batch, err)
 				}
 			}
+			prog.Done(fmt.Sprintf("unit %d bytes, batch %d", size, batch))
 		}
 		for _, name := range b.cfg.engine {
 			i := slices.IndexFunc(targets, func(t target) bool { return t.name == name })
@@ -302,6 +311,9 @@ func (b *bench) runAll(emit func(result)) error {
 				closeAll()
 				return fmt.Errorf("engine:%s, unit %d bytes: %w", name, size, err)
 			}
+		}
+		if len(b.cfg.engine) > 0 {
+			prog.Done(fmt.Sprintf("unit %d bytes, engine", size))
 		}
 		closeAll()
 	}

@@ -223,7 +223,7 @@ func parseSizes(s string) ([]int, error) {
 }
 
 // run measures every cell of cfg and writes the report to w, messages
-// (skipped stores, cleanup) to msg.
+// (skipped stores, progress, cleanup) to msg.
 func run(ctx context.Context, w, msg io.Writer, cfg config) error {
 	b, err := newBench(ctx, cfg, msg)
 	if err != nil {
