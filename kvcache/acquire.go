@@ -32,7 +32,17 @@ import (
 //
 // With a TransferEngine, Acquire returns once the copies are planned and
 // started: the Plan's units are the sequence's, but the loaded ones are
-// not readable until Readiness says so (Plan.Loading counts them).
+// not readable until Readiness says so (Plan.Loading counts them). Wait
+// before writing, too: a fresh slot may still be the source of a victim's
+// move down to a lower tier, which Plan.Loading also counts; the server
+// computes a layer once Readiness reports it (WaitReady), and recomputes
+// what Readiness.Recompute lists.
+//
+// An empty Plan.Compute means the whole prompt was cached. The logits the
+// server samples the first new token from are then those of the prompt's
+// last token: it reruns that token's forward pass over the K/V the block
+// tables give (they cover every block it reads), writing nothing, or it
+// sets Request.ComputeLast so that the plan computes the last token.
 //
 // Acquire returns an error wrapping ErrInvalidRequest for bad priorities,
 // extra keys, MaxTokens or MaxLoadTokens, ErrNoSpace when the GPU cannot supply the slots (everything
@@ -66,6 +76,7 @@ func (c *Cache) Acquire(req Request) (_ Plan, err error) {
 	if err != nil {
 		return Plan{}, err
 	}
+	nodes = c.leaveLast(&req, nodes)
 	s := &sequence{
 		keys:   keys,
 		extra:  slices.Clone(req.Extra),

@@ -130,6 +130,9 @@ func (op *longAcquire) start(c *Cache) func() error {
 		if err != nil {
 			return err
 		}
+		if !op.prefetch {
+			nodes = c.leaveLast(req, nodes)
+		}
 		if op.prefetch {
 			k := c.wholePrefix(nodes)
 			if req.MaxLoadTokens > 0 {

@@ -47,6 +47,7 @@ func (c *Cache) Admit(req Request) (Admission, error) {
 	if err != nil {
 		return Admission{}, err
 	}
+	nodes = c.leaveLast(&req, nodes)
 	need := make([]int, len(c.geom.pools))
 	pinning := make([]int, len(c.geom.pools))
 	var a Admission

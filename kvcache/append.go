@@ -16,6 +16,9 @@ import "slices"
 // that fall wholly out of the window of the first appended token are
 // unpinned (they stay cached and reusable). A sparse sequence pins only the
 // blocks this Append writes and unpins those the previous Append wrote.
+// With a TransferEngine the new block's fresh slots may still be the
+// sources of victims' moves down (Plan.Loading counts them): the server
+// writes a layer once Readiness reports it, as after Acquire.
 //
 // Append with no tokens does nothing. It returns an error wrapping
 // ErrUnknownSequence, ErrNoSpace or ErrCopyFailed; the sequence is then

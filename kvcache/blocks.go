@@ -59,6 +59,16 @@ func (c *Cache) match(req *Request) (radix.Keys, []*radix.Node[int32], error) {
 	return keys, nodes, nil
 }
 
+// leaveLast drops from nodes, the cached prefix of req's prompt, the block
+// that holds the prompt's last token when req.ComputeLast asks for that
+// token to be computed (dense requests only).
+func (c *Cache) leaveLast(req *Request, nodes []*radix.Node[int32]) []*radix.Node[int32] {
+	if !req.ComputeLast || req.Sparse || len(req.Tokens) == 0 {
+		return nodes
+	}
+	return nodes[:min(len(nodes), (len(req.Tokens)-1)/c.geom.blockTokens)]
+}
+
 // hasBytes reports whether unit u holds bytes: it is on a tier and, on
 // the GPU, not unwritten (see unitUnwritten).
 func (c *Cache) hasBytes(u UnitID) bool {

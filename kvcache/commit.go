@@ -37,6 +37,14 @@ import (
 // sequence held before them without being asked; Release and Abort commit
 // nothing. Committing fewer tokens than already committed does nothing.
 //
+// With a TransferEngine, a block whose units' slots are still being
+// vacated (a victim's bytes moving down out of them) is committed
+// when those transfers finish, by whichever call applies them: until then
+// other requests do not reuse it, and a Release or Abort of the sequence
+// before then discards it like an uncommitted block. A server that wants
+// such blocks shared waits until the sequence's Readiness reports no
+// pending transfer (WaitReady with layer -1) before it releases it.
+//
 // It returns an error wrapping ErrUnknownSequence, or ErrOutOfRange when
 // upTo is negative or more than the sequence holds.
 func (c *Cache) Commit(id SeqID, upTo int) (err error) {

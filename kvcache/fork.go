@@ -91,6 +91,9 @@ func (c *Cache) forkOf(s *sequence) (Plan, error) {
 		child.blocks[full] = cowDst
 	}
 	child.pinLo = c.wantLo(nil, child.sparse, child.writeFrom)
+	if cowDst >= 0 && c.engine != nil {
+		c.pinCopyWindow(child, full)
+	}
 	c.queuePins(pinSpan{}, child.span(), 0, cowDst, cowSrc)
 	if err := c.execute(); err != nil {
 		return Plan{}, err
@@ -119,4 +122,32 @@ func (c *Cache) forkOf(s *sequence) (Plan, error) {
 	c.st.recomputed += int64(plan.RecomputeTokens)
 	c.syncTables(child)
 	return plan, nil
+}
+
+// pinCopyWindow moves child's pin starts back to the window of the first
+// token of its partial block full, which an asynchronous copy fills: if the
+// copy fails, the server recomputes the block from that token and reads its
+// window. A pool whose blocks in that stretch lack bytes keeps its start
+// (pinning them would make the fork compute them, and computing them would
+// read further back): a failed copy there still asks for a recompute whose
+// window the tables do not cover, a case left open.
+func (c *Cache) pinCopyWindow(child *sequence, full int) {
+	ext := c.wantLo(c.scratch.lo, child.sparse, min(child.writeFrom, full*c.geom.blockTokens))
+	c.scratch.lo = ext
+	mask := c.scratch.pools[:0]
+	for range c.geom.pools {
+		mask = append(mask, false)
+	}
+	c.scratch.pools = mask
+	for p := range c.geom.pools {
+		ok := true
+		mask[p] = true
+		for i := ext[p]; i < child.pinLo[p] && ok; i++ {
+			ok = !c.lacksBytes(child.blocks[i], mask)
+		}
+		mask[p] = false
+		if ok {
+			child.pinLo[p] = ext[p]
+		}
+	}
 }

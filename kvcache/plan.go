@@ -45,7 +45,8 @@ type Plan struct {
 	Counts
 	// Compute lists the token ranges the server must compute, in order:
 	// new tokens and the tokens of cached blocks a unit of which was
-	// dropped (recompute).
+	// dropped (recompute). It is empty for an Acquire of a prompt cached
+	// whole (see Request.ComputeLast for the last token's logits).
 	Compute []TokenRange
 	// ReusedTokens counts tokens of cached blocks that need no compute:
 	// every unit the sequence pins was on the GPU or copied to it.

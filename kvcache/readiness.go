@@ -19,11 +19,17 @@ type Readiness struct {
 	Layers []bool
 	// Pending counts the unfinished transfers the sequence waits on.
 	Pending int
-	// Recompute lists, once, the token ranges of the sequence's blocks
-	// whose loads failed: the server computes them into the slots its
+	// Recompute lists the token ranges of the sequence's blocks whose
+	// loads or copies failed: the server computes them into the slots its
 	// block tables give (every layer), then declares them written (the
-	// sequence's next Append, or Commit). Until then no other request
-	// reuses those blocks.
+	// sequence's next Append, or a Commit that covers them). Every call
+	// reports every range the sequence still owes, from the call that
+	// finds the failure until the server declares it written, so a
+	// scheduler that polls Readiness and a worker that waits in WaitReady
+	// both see it; a server that has computed a range but not declared it
+	// yet sees it again and need not compute it twice. Until then no
+	// other request reuses those blocks. The block tables cover what the
+	// recompute reads: the window of its first token, in every layer.
 	Recompute []TokenRange
 }
 
@@ -57,8 +63,8 @@ func (c *Cache) Readiness(id SeqID, r *Readiness) (err error) {
 }
 
 // readiness computes r for s (Cache.mu held): the layers its unfinished
-// waits block, and the blocks of its units whose transfers failed since
-// the last call, which it then owes (s.rewrite).
+// waits block, and the blocks of the units it owes (s.rewrite): those
+// whose transfers failed, until it declares them written.
 func (c *Cache) readiness(s *sequence, r *Readiness) {
 	g := c.geom
 	r.Layers = r.Layers[:0]
@@ -75,31 +81,40 @@ func (c *Cache) readiness(s *sequence, r *Readiness) {
 			}
 		}
 	}
-	if len(s.failed) == 0 {
-		return
-	}
-	failed := c.scratch.fresh[:0]
-	owed := len(s.rewrite)
-	for _, u := range s.failed {
-		if i, ok := c.indexIn(s, u); ok && c.units.of(u).flags&unitUnwritten != 0 {
-			failed = append(failed, i)
-			s.rewrite = append(s.rewrite, u)
+	if len(s.failed) > 0 {
+		owed := len(s.rewrite)
+		for _, u := range s.failed {
+			if _, ok := c.indexIn(s, u); ok && c.units.of(u).flags&unitUnwritten != 0 {
+				s.rewrite = append(s.rewrite, u)
+			}
+		}
+		clear(s.failed)
+		s.failed = s.failed[:0]
+		if len(s.rewrite) > owed {
+			// A unit reported twice (it failed, was rewritten by another
+			// sequence, and failed again) is owed once.
+			slices.Sort(s.rewrite)
+			s.rewrite = slices.Compact(s.rewrite)
 		}
 	}
-	clear(s.failed)
-	s.failed = s.failed[:0]
-	if len(s.rewrite) > owed {
-		// A unit reported twice (it failed, was rewritten by another
-		// sequence, and failed again) is owed once.
-		slices.Sort(s.rewrite)
-		s.rewrite = slices.Compact(s.rewrite)
+	if len(s.rewrite) == 0 {
+		return
 	}
-	slices.Sort(failed)
+	// Every call reports all the sequence owes, not only what failed since
+	// the last one: a scheduler that polls Readiness and a worker that
+	// waits in WaitReady must both see the ranges until they are written.
+	owed := c.scratch.fresh[:0]
+	for _, u := range s.rewrite {
+		if i, ok := c.indexIn(s, u); ok && c.units.of(u).flags&unitUnwritten != 0 {
+			owed = append(owed, i)
+		}
+	}
+	slices.Sort(owed)
 	B, n := g.blockTokens, s.tokens.len()
-	for _, i := range slices.Compact(failed) {
+	for _, i := range slices.Compact(owed) {
 		r.Recompute = addRange(r.Recompute, i*B, min((i+1)*B, n))
 	}
-	c.scratch.fresh = failed[:0]
+	c.scratch.fresh = owed[:0]
 }
 
 // indexIn returns the index of u's block in s, if u is a unit of one of
@@ -114,7 +129,9 @@ func (c *Cache) indexIn(s *sequence, u UnitID) (int, bool) {
 
 // WaitReady blocks until layer (every layer when layer is negative) of
 // sequence id is ready (see Readiness), or ctx is done, and returns the
-// ranges to recompute that the wait found. It polls as transfers finish.
+// ranges to recompute that the wait found, sorted and merged (a block
+// whose transfers of several layers failed appears once). It polls as
+// transfers finish.
 func (c *Cache) WaitReady(ctx context.Context, id SeqID, layer int) ([]TokenRange, error) {
 	if layer >= c.geom.layers {
 		return nil, fmt.Errorf("%w: layer %d not in [0, %d)", ErrOutOfRange, layer, c.geom.layers)
@@ -129,7 +146,7 @@ func (c *Cache) WaitReady(ctx context.Context, id SeqID, layer int) ([]TokenRang
 		if err := c.Readiness(id, &r); err != nil {
 			return recompute, err
 		}
-		recompute = append(recompute, r.Recompute...)
+		recompute = mergeRanges(recompute, r.Recompute)
 		ready := r.Pending == 0
 		if layer >= 0 {
 			ready = r.Layers[layer]
@@ -143,4 +160,23 @@ func (c *Cache) WaitReady(ctx context.Context, id SeqID, layer int) ([]TokenRang
 		case <-next:
 		}
 	}
+}
+
+// mergeRanges adds the ranges of add to rs and returns them sorted, with
+// overlapping or touching ranges merged.
+func mergeRanges(rs, add []TokenRange) []TokenRange {
+	if len(add) == 0 {
+		return rs
+	}
+	rs = append(rs, add...)
+	slices.SortFunc(rs, func(a, b TokenRange) int { return a.Start - b.Start })
+	out := rs[:1]
+	for _, r := range rs[1:] {
+		if last := &out[len(out)-1]; r.Start <= last.End {
+			last.End = max(last.End, r.End)
+		} else {
+			out = append(out, r)
+		}
+	}
+	return out
 }

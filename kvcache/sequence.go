@@ -51,6 +51,19 @@ type Request struct {
 	// is done, so that one long prompt does not hold the engine while
 	// other requests wait. 0 means no cap; it must not be negative.
 	MaxLoadTokens int
+	// ComputeLast makes a dense Acquire leave the prompt's last token to
+	// compute, as vLLM does: the block that holds it is not reused (it is
+	// computed into a private block, merged with the cached one at
+	// commit), so Plan.Compute always ends with the last token and the
+	// forward pass that computes it gives the logits to sample from. It
+	// costs the recompute of at most one block. Without it a prompt
+	// cached whole, block-aligned, gets an empty Compute, and the server
+	// obtains the last token's logits by running that token's forward
+	// pass over the K/V its block tables give, writing nothing (after an
+	// Acquire the tables cover every block the prompt's last token reads,
+	// in every layer). Admit answers as Acquire would; Prefetch and Adopt
+	// ignore it.
+	ComputeLast bool
 }
 
 // Priorities are retention priorities for a sequence's blocks, in the manner

@@ -1,6 +1,7 @@
 package kvcache
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -168,7 +169,10 @@ func TestAsyncLoadIsLayerWiseAndAFailedLoadIsRecomputed(t *testing.T) {
 	require.Zero(t, r.Pending)
 	require.Equal(t, []TokenRange{{0, 8}}, r.Recompute, "both blocks lack their layer-1 unit")
 	require.NoError(t, c.Readiness(plan.Seq, &r))
-	require.Empty(t, r.Recompute, "reported once")
+	require.Equal(t, []TokenRange{{0, 8}}, r.Recompute, "reported again until written: a scheduler polling and a worker waiting both see it")
+	got, err := c.WaitReady(context.Background(), plan.Seq, -1)
+	require.NoError(t, err)
+	require.Equal(t, []TokenRange{{0, 8}}, got, "WaitReady sees it too")
 	st := c.Stats()
 	require.Equal(t, uint64(2), st.Tier(GPU).Failed)
 	require.Equal(t, uint64(4), st.Onboards, "counted as planned")
@@ -190,7 +194,12 @@ func TestAsyncLoadIsLayerWiseAndAFailedLoadIsRecomputed(t *testing.T) {
 
 	// The server recomputes layer 1 (here: every layer) and commits.
 	writeBlocks(t, c, e.store, plan.Seq, prompt, 0, 2)
+	require.NoError(t, c.Commit(plan.Seq, 4))
+	require.NoError(t, c.Readiness(plan.Seq, &r))
+	require.Equal(t, []TokenRange{{4, 8}}, r.Recompute, "a Commit declares written only the blocks it covers")
 	require.NoError(t, c.Commit(plan.Seq, 8))
+	require.NoError(t, c.Readiness(plan.Seq, &r))
+	require.Empty(t, r.Recompute, "declared written: no longer owed")
 	restored := 0
 	for _, ev := range *events {
 		if ev.Kind == UnitMoved && ev.From == Dropped && ev.To == GPU {

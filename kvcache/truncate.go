@@ -15,7 +15,14 @@ import "fmt"
 // units is copied.
 //
 // Truncate may pin blocks the sequence no longer pinned (a sliding-window
-// layer's window moves back). A committed block one of whose units to pin
+// layer's window moves back). The tables then cover the window of the last
+// token kept as well as of the next one, so a server that needs the last
+// kept token's logits again (speculative decoding keeps them from the
+// verifying pass; another server may not) reruns that token's forward pass
+// over the K/V the tables give, writing nothing. With a TransferEngine the
+// tables also cover the window of the first token of a partial block being
+// copied on write: if the copy fails, the server recomputes that block from
+// its first token (see Readiness). A committed block one of whose units to pin
 // has no bytes is recomputed whole into a private copy, as Acquire does;
 // the plan's Compute then starts earlier than the new end, and the
 // sequence pins, in every pool, every block that recomputing from there
@@ -110,7 +117,17 @@ func (c *Cache) planTruncate(s *sequence, length int) truncation {
 			}
 		}
 	}
-	t.lo, t.copies, t.writeFrom = c.repinRange(s, t.blocks, min(s.writeFrom, length), partial, t.cowDst, t.cowSrc)
+	// The server may rerun the last kept token to get its logits back
+	// (its pass wrote them before the cut): its window stays pinned.
+	pinFrom := min(s.writeFrom, max(0, length-1))
+	if t.cowDst >= 0 && c.engine != nil {
+		// The copy runs after the call and may fail; the server then
+		// recomputes the partial block from its first token, which
+		// reads that token's window: pin it now, so that the block
+		// tables cover what the recompute reads.
+		pinFrom = min(pinFrom, (nb-1)*B)
+	}
+	t.lo, t.copies, t.writeFrom = c.repinRange(s, t.blocks, min(s.writeFrom, length), pinFrom, partial, t.cowDst, t.cowSrc)
 	for _, i := range t.copies {
 		t.same = min(t.same, i)
 	}
@@ -174,13 +191,17 @@ func (c *Cache) applyTruncate(s *sequence, t *truncation) {
 // blocks (the last one partial when partial is set; cowDst, if any,
 // copied from cowSrc), the indices of the blocks it replaced in blocks by
 // recompute copies (allocated for the running transaction), and the first
-// token the server then writes. Starting from writing at token from, every
+// token the server then writes. The pins cover the window of token
+// pinFrom (at most from: the first token the server may have to compute
+// if an asynchronous copy fails) and, with a TransferEngine, of the first
+// token of every block the range loads (a load that fails is recomputed
+// from there). Starting from writing at token from, every
 // committed block that the range pins newly and that lacks a unit's bytes
 // there is recomputed into a private copy; the first token to compute then
 // moves back to that block, so the range grows in every pool to cover the
 // window of that token, which may pin more blocks; it stops when nothing
 // more is recomputed before from.
-func (c *Cache) repinRange(s *sequence, blocks []int32, from int, partial bool, cowDst, cowSrc int32) ([]int32, []int, int) {
+func (c *Cache) repinRange(s *sequence, blocks []int32, from, pinFrom int, partial bool, cowDst, cowSrc int32) ([]int32, []int, int) {
 	B := c.geom.blockTokens
 	copies := c.scratch.copies[:0]
 	pools := c.scratch.pools[:0]
@@ -190,13 +211,17 @@ func (c *Cache) repinRange(s *sequence, blocks []int32, from int, partial bool, 
 	c.scratch.pools = pools
 	span := s.span()
 	for {
-		lo := c.wantLo(c.scratch.lo, s.sparse, from)
+		pinFrom = min(pinFrom, from)
+		lo := c.wantLo(c.scratch.lo, s.sparse, pinFrom)
 		c.scratch.lo = lo
-		first := len(blocks)
+		first, loads := len(blocks), len(blocks)
 		for i, b := range blocks {
 			for p := range c.geom.pools {
 				// Units the sequence pins already need nothing.
 				pools[p] = i >= int(lo[p]) && !(span.pins(i, p) && s.blocks[i] == b)
+			}
+			if loads == len(blocks) && c.engine != nil && c.mayFailLoad(b, pools) {
+				loads = i
 			}
 			if b == cowDst {
 				// Filled by copying cowSrc, unless a unit to copy has
@@ -219,10 +244,36 @@ func (c *Cache) repinRange(s *sequence, blocks []int32, from int, partial bool, 
 			// computes it whole again.
 			first = min(first, i)
 		}
-		if first*B >= from {
+		again := false
+		if first*B < from {
+			from, again = first*B, true
+		}
+		if loads*B < min(pinFrom, from) {
+			// A load that fails makes the server recompute its block
+			// from its first token, reading that token's window.
+			pinFrom, again = loads*B, true
+		}
+		if !again {
 			c.scratch.copies = copies
 			return lo, copies, from
 		}
-		from = first * B
 	}
+}
+
+// mayFailLoad reports whether a unit of block b in a pool of pools gets its
+// GPU bytes from a transfer that may still fail: it is on a lower tier (a
+// pin loads it) or a transfer still brings it to the GPU.
+func (c *Cache) mayFailLoad(b int32, pools []bool) bool {
+	for p, want := range pools {
+		if !want {
+			continue
+		}
+		for _, sl := range c.geom.pools[p].slices {
+			st := c.units.of(c.units.id(b, sl))
+			if (st.tier != GPU && st.tier != Dropped) || st.loading() {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -102,5 +102,8 @@ func TestFailuresReachPollOnlySequences(t *testing.T) {
 	require.Equal(t, []TokenRange{{0, 8}}, r.Recompute)
 	require.Zero(t, r.Pending)
 	require.NoError(t, c.Readiness(plan.Seq, &r))
-	require.Empty(t, r.Recompute, "reported twice")
+	require.Equal(t, []TokenRange{{0, 8}}, r.Recompute, "owed until written: reported again")
+	require.NoError(t, c.Commit(plan.Seq, 8))
+	require.NoError(t, c.Readiness(plan.Seq, &r))
+	require.Empty(t, r.Recompute, "declared written")
 }

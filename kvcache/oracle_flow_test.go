@@ -1,0 +1,261 @@
+package kvcache_test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/kvtier/kvtier/kvcache"
+	"github.com/kvtier/kvtier/radix"
+)
+
+// oracleReq is one request of the oracle's workload: a prompt, the tokens to
+// generate and what the server does on the way.
+type oracleReq struct {
+	prompt []uint32
+	gen    int
+	// chunk > 0 prefills in chunks of that many tokens, committing each.
+	chunk int
+	// draft > 0 appends that many draft tokens at once halfway through the
+	// decode and then truncates reject of them (speculative decoding).
+	draft, reject int
+	// fork starts a child halfway through the decode that decodes forkGen
+	// tokens of its own.
+	fork    bool
+	forkGen int
+	// garbage writes noise into every position to compute, then aborts:
+	// a prefill that failed. Nothing of it may ever be served.
+	garbage bool
+	// maxLoad is Request.MaxLoadTokens.
+	maxLoad int
+	// prefetch calls Prefetch before the Acquire.
+	prefetch bool
+	// computeLast sets Request.ComputeLast.
+	computeLast bool
+	// priorities is Request.Priorities.
+	priorities *kvcache.Priorities
+	// lora and extra are Request.LoRA and Request.Extra.
+	lora  string
+	extra []radix.ExtraKey
+}
+
+// errSkipped reports a request the cache had no room for (ErrNoSpace): the
+// workload goes on without it.
+var errSkipped = errors.New("oracle: skipped, no space")
+
+func noSpace(err error) error {
+	if errors.Is(err, kvcache.ErrNoSpace) {
+		return errSkipped
+	}
+	return err
+}
+
+// serve runs one request from Acquire to Release and returns its tokens
+// (prompt and generated).
+func (s *oracleServer) serve(r oracleReq, rng *rand.Rand) ([]uint32, error) {
+	req := kvcache.Request{Tokens: r.prompt, MaxLoadTokens: r.maxLoad, ComputeLast: r.computeLast, LoRA: r.lora, Extra: r.extra, Priorities: r.priorities}
+	if r.prefetch {
+		if _, err := s.c.Prefetch(req); err != nil && !errors.Is(err, kvcache.ErrNoSpace) {
+			return nil, fmt.Errorf("Prefetch: %w", err)
+		}
+	}
+	plan, err := s.c.Acquire(req)
+	if err != nil {
+		return nil, noSpace(fmt.Errorf("Acquire: %w", err))
+	}
+	q := s.newSeq(plan.Seq, r.prompt)
+	q.lora, q.extra = r.lora, r.extra
+	if n := len(plan.Compute); r.computeLast && len(r.prompt) > 0 && (n == 0 || plan.Compute[n-1].End != len(r.prompt)) {
+		_ = s.c.Abort(q.id)
+		return nil, fmt.Errorf("oracle: Acquire with ComputeLast planned %v for %d tokens", plan.Compute, len(r.prompt))
+	}
+	if plan.Tokens != len(r.prompt) {
+		_ = s.c.Abort(q.id)
+		return nil, fmt.Errorf("oracle: Acquire of %d tokens says %d", len(r.prompt), plan.Tokens)
+	}
+	if r.garbage {
+		err := q.writeGarbage(plan.Compute, rng)
+		if aerr := s.c.Abort(q.id); err == nil {
+			err = aerr
+		}
+		return nil, err
+	}
+	out, err := q.run(r, plan.Compute, rng)
+	if err != nil {
+		_ = s.c.Abort(q.id)
+		return nil, err
+	}
+	return out, nil
+}
+
+func (q *oracleSeq) run(r oracleReq, compute []kvcache.TokenRange, rng *rand.Rand) ([]uint32, error) {
+	s := q.s
+	compute = append([]kvcache.TokenRange(nil), compute...) // the plan's buffer is reused
+	if r.chunk > 0 {
+		// Chunked prefill: a chunk of the positions to compute at a time,
+		// each declared written (Commit) once computed.
+		q.addPending(compute)
+		compute = nil
+		for len(q.pending) > 0 {
+			if err := q.compute(nil, r.chunk); err != nil {
+				return nil, err
+			}
+			if err := s.c.Commit(q.id, q.written()); err != nil {
+				return nil, fmt.Errorf("Commit: %w", err)
+			}
+		}
+	}
+	if err := q.compute(compute, 0); err != nil {
+		return nil, err
+	}
+	if len(q.tokens) == 0 {
+		return nil, nil
+	}
+	logits, err := q.lastLogits()
+	if err != nil {
+		return nil, err
+	}
+	for g := 0; g < r.gen; g++ {
+		if r.draft > 0 && g == r.gen/2 {
+			if logits, err = q.speculate(r.draft, r.reject, logits, rng); err != nil {
+				return nil, err
+			}
+		}
+		if r.fork && g == r.gen/3 {
+			if err := q.fork(r.forkGen); err != nil {
+				return nil, err
+			}
+		}
+		if logits, err = q.decode(argmax(logits)); err != nil {
+			return nil, err
+		}
+	}
+	if err := q.checkKV(); err != nil {
+		return nil, err
+	}
+	if err := s.c.Commit(q.id, len(q.tokens)); err != nil {
+		return nil, fmt.Errorf("Commit: %w", err)
+	}
+	if err := s.c.Release(q.id); err != nil {
+		return nil, fmt.Errorf("Release: %w", err)
+	}
+	return q.tokens, nil
+}
+
+// decode appends tok, computes it and returns its logits.
+func (q *oracleSeq) decode(tok uint32) ([]float32, error) {
+	plan, err := q.s.c.Append(q.id, tok)
+	if err != nil {
+		return nil, noSpace(fmt.Errorf("Append: %w", err))
+	}
+	q.declared()
+	q.tokens = append(q.tokens, tok)
+	if plan.Tokens != len(q.tokens) {
+		return nil, fmt.Errorf("oracle: Append to %d tokens says %d", len(q.tokens), plan.Tokens)
+	}
+	if err := q.compute(plan.Compute, 0); err != nil {
+		return nil, err
+	}
+	p := len(q.tokens) - 1
+	if p >= len(q.logits) || q.logits[p] == nil {
+		return nil, fmt.Errorf("oracle: Append of position %d planned %v, not the new token", p, plan.Compute)
+	}
+	return q.logits[p], nil
+}
+
+// speculate appends n draft tokens in one call (a draft model's guesses),
+// computes them, then truncates the last reject of them as a verifier would,
+// and returns the logits of the last token kept: the server has them from
+// the pass that computed it.
+func (q *oracleSeq) speculate(n, reject int, logits []float32, rng *rand.Rand) ([]float32, error) {
+	drafts := make([]uint32, n)
+	drafts[0] = argmax(logits)
+	for i := 1; i < n; i++ {
+		drafts[i] = uint32(rng.IntN(q.s.m.vocab))
+	}
+	plan, err := q.s.c.Append(q.id, drafts...)
+	if err != nil {
+		return nil, noSpace(fmt.Errorf("Append: %w", err))
+	}
+	q.declared()
+	q.tokens = append(q.tokens, drafts...)
+	if err := q.compute(plan.Compute, 0); err != nil {
+		return nil, err
+	}
+	reject = min(reject, len(q.tokens)-1)
+	plan, err = q.s.c.Truncate(q.id, reject)
+	if err != nil {
+		return nil, noSpace(fmt.Errorf("Truncate: %w", err))
+	}
+	q.cut(len(q.tokens) - reject)
+	if plan.Tokens != len(q.tokens) {
+		return nil, fmt.Errorf("oracle: Truncate to %d tokens says %d", len(q.tokens), plan.Tokens)
+	}
+	if err := q.compute(plan.Compute, 0); err != nil {
+		return nil, fmt.Errorf("after Truncate(%d): %w", reject, err)
+	}
+	// The logits of the last kept token are known from the pass that
+	// computed it; rerunning it checks that the tables still cover its
+	// window.
+	return q.rerunLast()
+}
+
+// fork starts a child of the sequence, decodes gen tokens in it, checks its
+// K/V and releases it.
+func (q *oracleSeq) fork(gen int) error {
+	plan, err := q.s.c.Fork(q.id)
+	if err != nil {
+		if errors.Is(err, kvcache.ErrBusy) {
+			return nil
+		}
+		return noSpace(fmt.Errorf("Fork: %w", err))
+	}
+	child := q.s.newSeq(plan.Seq, q.tokens)
+	child.lora, child.extra = q.lora, q.extra
+	child.logits = append(child.logits, q.logits...)
+	if err := child.compute(plan.Compute, 0); err != nil {
+		_ = q.s.c.Abort(child.id)
+		return err
+	}
+	logits, err := child.lastLogits()
+	for g := 0; g < gen && err == nil; g++ {
+		logits, err = child.decode((argmax(logits) + 1) % uint32(q.s.m.vocab)) // differ from the parent
+	}
+	if err == nil {
+		err = child.checkKV()
+	}
+	if err != nil {
+		_ = q.s.c.Abort(child.id)
+		return fmt.Errorf("fork: %w", err)
+	}
+	if err := q.s.c.Commit(child.id, len(child.tokens)); err != nil {
+		return fmt.Errorf("Commit of a fork: %w", err)
+	}
+	return q.s.c.Release(child.id)
+}
+
+// writeGarbage writes noise into every position of rs, as a prefill that
+// failed halfway might leave its slots.
+func (q *oracleSeq) writeGarbage(rs []kvcache.TokenRange, rng *rand.Rand) error {
+	q.writable = appendRanges(q.writable, rs...)
+	if _, err := q.wait(-1); err != nil {
+		return err
+	}
+	if err := q.refresh(); err != nil {
+		return err
+	}
+	noise := make([]float32, q.s.m.headDim)
+	for _, p := range rangePositions(rs) {
+		for l := range q.s.m.layers {
+			for h := range q.s.m.kvHeads {
+				for i := range noise {
+					noise[i] = rng.Float32()*8 - 4
+				}
+				if err := q.write(l, h, p, noise, noise); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}

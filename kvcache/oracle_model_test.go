@@ -1,0 +1,261 @@
+package kvcache_test
+
+import (
+	"math"
+	"math/rand/v2"
+)
+
+// tinyModel is a deterministic decoder-only transformer small enough to run
+// thousands of requests in a test: float32 weights drawn from a seeded
+// generator, RMS normalisation, grouped-query attention with per-layer
+// sliding windows, a residual tanh feed-forward and tied embeddings. Every sum
+// runs in one fixed order, so the same token at the same position with the
+// same K/V before it gives the same bits, whether those K/V come from a
+// cache's slots or from a plain array: that is what the oracle compares.
+//
+// The model reads and writes K/V only through a kvAccess, so the code that
+// computes a token is one function for both runs.
+type tinyModel struct {
+	layers, qHeads, kvHeads, headDim, dim, vocab int
+	windows                                      []int // per layer, 0 = full attention
+	// cla is the number of consecutive layers that share one KV
+	// (cross-layer attention): the first of them writes it.
+	cla                                          int
+	emb                                          []float32
+	wq, wk, wv, wo, w1                           [][]float32 // per layer
+}
+
+// kvAccess is where a forward pass keeps K/V. read returns the K and V
+// vectors of head h of layer l at position p; write stores those of the
+// position being computed. Either may fail (a slot the block tables do not
+// give, a write outside the ranges to compute): the pass stops with the error.
+type kvAccess interface {
+	read(l, h, p int) (k, v []float32, err error)
+	write(l, h, p int, k, v []float32) error
+}
+
+func newTinyModel(seed uint64, layers, qHeads, kvHeads, headDim, vocab int, windows []int) *tinyModel {
+	r := rand.New(rand.NewPCG(seed, 0x6b76746965720a))
+	dim := qHeads * headDim
+	m := &tinyModel{layers: layers, qHeads: qHeads, kvHeads: kvHeads, headDim: headDim,
+		dim: dim, vocab: vocab, windows: windows, cla: 1}
+	fill := func(n int, scale float32) []float32 {
+		w := make([]float32, n)
+		for i := range w {
+			w[i] = (r.Float32()*2 - 1) * scale
+		}
+		return w
+	}
+	s := float32(1 / math.Sqrt(float64(dim)))
+	m.emb = fill(vocab*dim, 1)
+	for range layers {
+		m.wq = append(m.wq, fill(dim*qHeads*headDim, s))
+		m.wk = append(m.wk, fill(dim*kvHeads*headDim, s))
+		m.wv = append(m.wv, fill(dim*kvHeads*headDim, s))
+		m.wo = append(m.wo, fill(qHeads*headDim*dim, s))
+		m.w1 = append(m.w1, fill(dim*dim, s))
+	}
+	return m
+}
+
+// matvec returns x·w for w of shape [len(x)][n], summing in index order.
+func matvec(dst, x, w []float32, n int) []float32 {
+	dst = dst[:0]
+	for j := range n {
+		var acc float32
+		for i, xi := range x {
+			acc += xi * w[i*n+j]
+		}
+		dst = append(dst, acc)
+	}
+	return dst
+}
+
+func rmsNorm(dst, x []float32) []float32 {
+	var ss float32
+	for _, v := range x {
+		ss += v * v
+	}
+	inv := float32(1 / math.Sqrt(float64(ss/float32(len(x))+1e-6)))
+	dst = dst[:0]
+	for _, v := range x {
+		dst = append(dst, v*inv)
+	}
+	return dst
+}
+
+// embed returns the model's input at position p: tok's embedding plus a
+// positional term, plus a term drawn from salt when it is not 0. The salt
+// stands for what a block's KV depends on besides its tokens: a LoRA
+// adapter (every position) or a multimodal item (its placeholder's
+// position), so that KV shared across different ones would change the
+// outputs.
+func (m *tinyModel) embed(p int, tok uint32, salt uint64) []float32 {
+	x := make([]float32, m.dim)
+	e := m.emb[int(tok)%m.vocab*m.dim:]
+	for i := range x {
+		x[i] = e[i] + float32(math.Sin(float64(p+1)*float64(i+1)*0.013))
+		if salt != 0 {
+			x[i] += float32(int64((salt*uint64(i+1)*0x9E3779B97F4A7C15)>>40)%1000) / 2000
+		}
+	}
+	return x
+}
+
+// layer runs layer l of the token at position p on its hidden state x (in
+// place): it writes the token's K/V through kv (unless write is false: a
+// token whose K/V is stored already), then attends over the window ending at
+// p, reading every position's K/V, its own included, through kv. The result
+// depends only on x and on the K/V of positions up to p, so running the
+// positions of a prefill one by one or layer by layer gives the same bits.
+func (m *tinyModel) layer(kv kvAccess, l, p int, x []float32, write bool) error {
+	h := rmsNorm(nil, x)
+	if write && l%m.cla == 0 {
+		k := matvec(nil, h, m.wk[l], m.kvHeads*m.headDim)
+		v := matvec(nil, h, m.wv[l], m.kvHeads*m.headDim)
+		for kh := range m.kvHeads {
+			lo, hi := kh*m.headDim, (kh+1)*m.headDim
+			if err := kv.write(l, kh, p, k[lo:hi], v[lo:hi]); err != nil {
+				return err
+			}
+		}
+	}
+	q := matvec(nil, h, m.wq[l], m.qHeads*m.headDim)
+	first := 0
+	if w := m.windows[l]; w > 0 && p-w+1 > 0 {
+		first = p - w + 1
+	}
+	scale := float32(1 / math.Sqrt(float64(m.headDim)))
+	group := m.qHeads / m.kvHeads
+	attn := make([]float32, 0, m.qHeads*m.headDim)
+	scores := make([]float32, 0, p-first+1)
+	for qh := range m.qHeads {
+		qv := q[qh*m.headDim : (qh+1)*m.headDim]
+		kh := qh / group
+		scores = scores[:0]
+		maxS := float32(math.Inf(-1))
+		for j := first; j <= p; j++ {
+			kj, _, err := kv.read(l, kh, j)
+			if err != nil {
+				return err
+			}
+			var s float32
+			for d := range qv {
+				s += qv[d] * kj[d]
+			}
+			s *= scale
+			scores = append(scores, s)
+			maxS = max(maxS, s)
+		}
+		var sum float32
+		for i, s := range scores {
+			scores[i] = float32(math.Exp(float64(s - maxS)))
+			sum += scores[i]
+		}
+		o := make([]float32, m.headDim)
+		for j := first; j <= p; j++ {
+			_, vj, err := kv.read(l, kh, j)
+			if err != nil {
+				return err
+			}
+			w := scores[j-first] / sum
+			for d := range o {
+				o[d] += w * vj[d]
+			}
+		}
+		attn = append(attn, o...)
+	}
+	out := matvec(nil, attn, m.wo[l], m.dim)
+	for i := range x {
+		x[i] += out[i]
+	}
+	h = rmsNorm(h, x)
+	ff := matvec(nil, h, m.w1[l], m.dim)
+	for i := range x {
+		x[i] += float32(math.Tanh(float64(ff[i])))
+	}
+	return nil
+}
+
+// logits returns the output of the last layer's hidden state x (tied
+// embeddings: one dot product per vocabulary entry).
+func (m *tinyModel) logits(x []float32) []float32 {
+	h := rmsNorm(nil, x)
+	out := make([]float32, m.vocab)
+	for t := range out {
+		row := m.emb[t*m.dim : (t+1)*m.dim]
+		var acc float32
+		for i, hi := range h {
+			acc += hi * row[i]
+		}
+		out[t] = acc
+	}
+	return out
+}
+
+// forward computes the token at position p through every layer and returns
+// its logits (see layer for write).
+func (m *tinyModel) forward(kv kvAccess, p int, tok uint32, salt uint64, write bool) ([]float32, error) {
+	x := m.embed(p, tok, salt)
+	for l := range m.layers {
+		if err := m.layer(kv, l, p, x, write); err != nil {
+			return nil, err
+		}
+	}
+	return m.logits(x), nil
+}
+
+// argmax returns the index of the largest logit, the first on ties.
+func argmax(logits []float32) uint32 {
+	best := 0
+	for i, v := range logits {
+		if v > logits[best] {
+			best = i
+		}
+	}
+	return uint32(best)
+}
+
+// twinKV is the no-cache run's K/V: one plain array per layer and head,
+// indexed by position.
+type twinKV struct {
+	m    *tinyModel
+	k, v [][][]float32 // [layer][head][position]
+}
+
+func newTwinKV(m *tinyModel) *twinKV {
+	t := &twinKV{m: m, k: make([][][]float32, m.layers), v: make([][][]float32, m.layers)}
+	for l := range m.layers {
+		t.k[l] = make([][]float32, m.kvHeads)
+		t.v[l] = make([][]float32, m.kvHeads)
+	}
+	return t
+}
+
+func (t *twinKV) read(l, h, p int) ([]float32, []float32, error) {
+	d, l := t.m.headDim, l/t.m.cla
+	return t.k[l][h][p*d : (p+1)*d], t.v[l][h][p*d : (p+1)*d], nil
+}
+
+func (t *twinKV) write(l, h, p int, k, v []float32) error {
+	d, l := t.m.headDim, l/t.m.cla
+	t.k[l][h] = append(t.k[l][h][:p*d], k...)
+	t.v[l][h] = append(t.v[l][h][:p*d], v...)
+	return nil
+}
+
+// twinRun is the reference: the same model over tokens from position 0 with
+// its K/V in plain arrays, no cache anywhere. logits[p] is the output at
+// position p.
+func twinRun(m *tinyModel, tokens []uint32) (*twinKV, [][]float32) {
+	kv := newTwinKV(m)
+	logits := make([][]float32, len(tokens))
+	for p, tok := range tokens {
+		lg, err := m.forward(kv, p, tok, 0, true)
+		if err != nil {
+			panic(err) // the twin's arrays cannot fail
+		}
+		logits[p] = lg
+	}
+	return kv, logits
+}
