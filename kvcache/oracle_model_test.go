@@ -20,9 +20,9 @@ type tinyModel struct {
 	windows                                      []int // per layer, 0 = full attention
 	// cla is the number of consecutive layers that share one KV
 	// (cross-layer attention): the first of them writes it.
-	cla                                          int
-	emb                                          []float32
-	wq, wk, wv, wo, w1                           [][]float32 // per layer
+	cla                int
+	emb                []float32
+	wq, wk, wv, wo, w1 [][]float32 // per layer
 }
 
 // kvAccess is where a forward pass keeps K/V. read returns the K and V
