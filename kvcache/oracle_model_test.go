@@ -243,19 +243,3 @@ func (t *twinKV) write(l, h, p int, k, v []float32) error {
 	t.v[l][h] = append(t.v[l][h][:p*d], v...)
 	return nil
 }
-
-// twinRun is the reference: the same model over tokens from position 0 with
-// its K/V in plain arrays, no cache anywhere. logits[p] is the output at
-// position p.
-func twinRun(m *tinyModel, tokens []uint32) (*twinKV, [][]float32) {
-	kv := newTwinKV(m)
-	logits := make([][]float32, len(tokens))
-	for p, tok := range tokens {
-		lg, err := m.forward(kv, p, tok, 0, true)
-		if err != nil {
-			panic(err) // the twin's arrays cannot fail
-		}
-		logits[p] = lg
-	}
-	return kv, logits
-}
