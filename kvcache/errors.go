@@ -66,6 +66,17 @@ var (
 	// bad checksum, a short value. They are never served; the cache
 	// recomputes the unit (TierStats.Corrupt).
 	ErrUnitCorrupt = errors.New("kvcache: unit corrupt in its store")
+	// ErrInvariant reports, only in a build with the kvtier_invariants tag
+	// (go test -tags kvtier_invariants), a call after which the cache's
+	// accounting failed its full recount (a unit pinned more or less than
+	// its sequences pin it, a slot both free and used, a block referenced
+	// by no one...): a defect of kvtier's, or of user code that reaches
+	// into memory it does not own. Every call in such a build ends
+	// with that check (unless a long operation is between its steps), which
+	// costs time proportional to what the cache holds; the call that
+	// caused the damage returns this error, naming the violation, and the
+	// cache is poisoned as by ErrPolicy.
+	ErrInvariant = errors.New("kvcache: invariant violated")
 	// ErrInvalidCopy reports a Copy that a MemoryStore cannot perform: a bad
 	// tier, pool or slot.
 	ErrInvalidCopy = errors.New("kvcache: invalid copy")

@@ -122,6 +122,7 @@ func (c *Cache) unlock(err *error) {
 		c.fillStats(&c.snap)
 	}
 	c.statsUnchanged = false
+	c.checkAfterCall(err)
 	released = true
 	c.mu.Unlock()
 	if ok {

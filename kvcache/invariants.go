@@ -7,8 +7,10 @@ import (
 )
 
 // checkInvariants verifies the cache's internal accounting against a full
-// recount. It is O(size) and exists for tests (the model-based test calls it
-// after every operation); it returns the first violation found.
+// recount. It is O(size): the tests call it after operations (the
+// model-based tests after every one), and a build with the
+// kvtier_invariants tag after every call (see invariantChecks); it
+// returns the first violation found.
 func (c *Cache) checkInvariants() error { return c.checkAccounting(true) }
 
 // checkAccounting is checkInvariants; with policies false it does not
@@ -18,6 +20,30 @@ func (c *Cache) checkInvariants() error { return c.checkAccounting(true) }
 func (c *Cache) checkAccounting(policies bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.accounting(policies)
+}
+
+// checkAfterCall runs, in a build with the kvtier_invariants tag, the full
+// accounting check at the end of a call (Cache.mu held), when no long
+// operation is between its steps: a violation poisons the cache and fails
+// the call with ErrInvariant, so that a server's integration tests stop at
+// the call that corrupted the state rather than at a wrong byte later.
+func (c *Cache) checkAfterCall(err *error) {
+	if !invariantChecks || c.long > 0 || c.poisoned != nil {
+		return
+	}
+	// The policies' Len is not compared: a policy that loses keys breaks
+	// its own contract, which its conformance suite (evictiontest) checks.
+	if v := c.accounting(false); v != nil {
+		c.poisoned = fmt.Errorf("%w: %v", ErrInvariant, v)
+		if *err == nil {
+			*err = c.poisoned
+		}
+	}
+}
+
+// accounting is checkAccounting with Cache.mu held.
+func (c *Cache) accounting(policies bool) error {
 	// Pins each unit should have: from sequences' ranges and step pins.
 	want := make(map[UnitID]int32)
 	refs := make(map[int32]int32)
