@@ -1,0 +1,8 @@
+//go:build race
+
+package main
+
+// raceEnabled reports a build with the race detector, which makes the
+// whole default run too slow for the test that checks the published
+// excerpts.
+const raceEnabled = true
