@@ -235,3 +235,72 @@ func TestTruncatePinsTheWindowOfItsRecompute(t *testing.T) {
 	}
 	require.NoError(t, c.checkInvariants())
 }
+
+// TestSparseAccessKeep: a SparseAccess with Selection.Keep adds its pins
+// to those of the calls before it (a server restoring a unit of layer 1
+// reruns the block's tokens through layer 0 meanwhile), leaves their
+// restores undeclared, and the next SparseAccess without Keep releases
+// them all.
+func TestSparseAccessKeep(t *testing.T) {
+	l := tinyLayout(t, layout.BSA, nil) // 2 layers x 2 KV heads: 4 units per block
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 8}, Capacity{})})
+	require.NoError(t, err)
+	a, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
+	require.NoError(t, err)
+	finish(t, c, a.Seq)
+	s, err := c.Acquire(Request{Tokens: seqTokens(8, 0), Sparse: true})
+	require.NoError(t, err)
+	require.Equal(t, 8, s.Tokens)
+	// Evict both blocks: whatever SparseAccess selects is restored.
+	x, err := c.Acquire(Request{Tokens: seqTokens(8, 100)})
+	require.NoError(t, err)
+	require.NoError(t, c.Abort(x.Seq))
+
+	pinned := func(block, layer int) bool {
+		t.Helper()
+		sl, err := l.SliceOf(layer, 0)
+		require.NoError(t, err)
+		loc, err := c.Locate(s.Seq, block, sl)
+		require.NoError(t, err)
+		return loc.Pinned
+	}
+	all := func(b int64) [][]int64 { return [][]int64{{b}, {b}, {b}, {b}} }
+	var res SparseResult
+	require.NoError(t, c.SparseAccess(s.Seq, byQueryHeads(l, 1, all(1)), &res))
+	require.Equal(t, 2, res.Computed, "layer 1 of block 1 is restored")
+	keep := byQueryHeads(l, 0, all(1))
+	keep.Keep = true
+	require.NoError(t, c.SparseAccess(s.Seq, keep, &res))
+	require.Equal(t, 2, res.Computed, "layer 0 of block 1 is restored too")
+	require.True(t, pinned(1, 1), "layer 1's selection stays pinned")
+	require.True(t, pinned(1, 0))
+	require.NoError(t, c.checkInvariants())
+	keep = byQueryHeads(l, 0, all(1))
+	keep.Keep = true
+	require.NoError(t, c.SparseAccess(s.Seq, keep, &res), "a unit pinned twice by the sequence")
+	require.NoError(t, c.checkInvariants())
+
+	// Ending the sequence before declaring the restores drops all four again.
+	held := c.Stats().Tier(GPU)
+	require.NoError(t, c.Abort(s.Seq))
+	after := c.Stats().Tier(GPU)
+	require.Equal(t, held.Free+4, after.Free, "every restore of the kept calls was undeclared")
+	require.NoError(t, c.checkInvariants())
+
+	// Without Keep, the next call replaces the pins.
+	a, err = c.Acquire(Request{Tokens: seqTokens(8, 0)}) // computed again
+	require.NoError(t, err)
+	finish(t, c, a.Seq)
+	s, err = c.Acquire(Request{Tokens: seqTokens(8, 0), Sparse: true})
+	require.NoError(t, err)
+	require.Equal(t, 8, s.Tokens)
+	require.NoError(t, c.SparseAccess(s.Seq, byQueryHeads(l, 1, all(0)), &res))
+	keep = byQueryHeads(l, 0, all(0))
+	keep.Keep = true
+	require.NoError(t, c.SparseAccess(s.Seq, keep, &res))
+	require.NoError(t, c.SparseAccess(s.Seq, byQueryHeads(l, 0, all(1)), &res))
+	require.False(t, pinned(0, 1), "the kept pins are released")
+	require.False(t, pinned(0, 0))
+	require.True(t, pinned(1, 0))
+	require.NoError(t, c.checkInvariants())
+}

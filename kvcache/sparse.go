@@ -17,6 +17,16 @@ type Selection struct {
 	// duplicates allowed; len(Blocks) must be the model's stored KV heads
 	// (Model.StoredHeads: the KV heads, or 1 under MLA).
 	Blocks [][]int
+	// Keep adds this call's pins to those of the sequence's previous
+	// SparseAccess calls instead of replacing them, and leaves their
+	// restored units undeclared. A server that finds a unit to restore
+	// (SparseUnit.From Dropped) at layer l rebuilds it from the block's
+	// tokens, which needs their hidden state at layer l: it keeps layer
+	// l's selection pinned while it runs those tokens through layers 0
+	// to l-1 (a SparseAccess with Keep for each, then that layer's
+	// kernel), then runs layer l. The pins of all of them last until the
+	// next SparseAccess without Keep, Append, Truncate or Release.
+	Keep bool
 }
 
 // SparseUnit is one unit a SparseAccess touched.
@@ -77,7 +87,9 @@ func (r *SparseResult) reset() {
 // them from the last block to the first (tail first, like Release). So the
 // GPU needs to hold one layer's selection per sequence, not a whole
 // step's: a server runs, for each layer, SparseAccess for every sequence of
-// the batch and then the layer's kernel. res is overwritten.
+// the batch and then the layer's kernel. A Selection with Keep adds to the
+// previous pins instead (see Selection.Keep: restoring a unit needs the
+// block's earlier layers). res is overwritten.
 //
 // It returns an error wrapping ErrUnknownSequence, ErrInvalidRequest
 // (len(sel.Blocks) is not the model's stored KV heads, or res is nil),
@@ -101,7 +113,9 @@ func (c *Cache) SparseAccess(id SeqID, sel Selection, res *SparseResult) (err er
 	}
 	res.reset()
 	c.begin(s)
-	c.queueStepUnpins(s)
+	if !sel.Keep {
+		c.queueStepUnpins(s)
+	}
 	for _, k := range keys {
 		sl, b := int(k>>32), int(uint32(k))
 		c.addNeed(c.units.id(s.blocks[b], sl))
@@ -111,7 +125,7 @@ func (c *Cache) SparseAccess(id SeqID, sel Selection, res *SparseResult) (err er
 	}
 	c.countLookups()
 	res.Counts = c.countUnits()
-	c.fillSparse(s, keys, res)
+	c.fillSparse(s, keys, res, sel.Keep)
 	res.Executed = append(res.Executed, c.tx.batch...)
 	c.syncTables(s)
 	if c.poisoned != nil {
@@ -176,15 +190,22 @@ func (c *Cache) selectedUnits(s *sequence, sel Selection) ([]UnitID, error) {
 }
 
 // fillSparse fills res with the units of keys (the needs of the committed
-// transaction, in the same order), makes them the step pins of s, records
-// the units it restored, and counts the tokens of the blocks it recomputes.
-func (c *Cache) fillSparse(s *sequence, keys []UnitID, res *SparseResult) {
+// transaction, in the same order), makes them the step pins of s (added to
+// the previous ones when keep is set), records the units it restored, and
+// counts the tokens of the blocks it recomputes.
+func (c *Cache) fillSparse(s *sequence, keys []UnitID, res *SparseResult, keep bool) {
 	g := c.geom
 	B := g.blockTokens
 	recomputed := c.scratch.fresh[:0]
 	pins := s.stepPins[:0]
-	// The previous call's restores were written by that layer's kernel.
-	s.restored = s.restored[:0]
+	if keep {
+		// A unit pinned by both calls is pinned twice and unpinned twice.
+		pins = s.stepPins
+	} else {
+		// The previous call's restores were written by that layer's
+		// kernel.
+		s.restored = s.restored[:0]
+	}
 	for i, k := range keys {
 		n := &c.tx.needs[i]
 		sl, b := int(k>>32), int(uint32(k))
