@@ -91,14 +91,25 @@ func (c *Cache) forkOf(s *sequence) (Plan, error) {
 		child.blocks[full] = cowDst
 	}
 	child.pinLo = c.wantLo(nil, child.sparse, child.writeFrom)
+	firstPrivate := full
 	if cowDst >= 0 && c.engine != nil {
-		c.pinCopyWindow(child, full)
+		// The copy runs after the call and may fail; the child's server
+		// then recomputes the partial block from its first token, which
+		// reads that token's window: the child pins it, as a Truncate
+		// does (a block of it without bytes is recomputed, which moves
+		// the first token to compute back; see repinRange).
+		lo, copies, from := c.repinRange(child, child.blocks, child.writeFrom, full*B, true, cowDst, cowSrc)
+		child.pinLo = append(child.pinLo[:0], lo...)
+		child.writeFrom = from
+		for _, i := range copies {
+			firstPrivate = min(firstPrivate, i)
+		}
 	}
 	c.queuePins(pinSpan{}, child.span(), 0, cowDst, cowSrc)
 	if err := c.execute(); err != nil {
 		return Plan{}, err
 	}
-	child.firstPrivate = full
+	child.firstPrivate = firstPrivate
 	c.register(child)
 	if cowDst >= 0 {
 		// The copy reads the parent's last block, which the parent's
@@ -122,32 +133,4 @@ func (c *Cache) forkOf(s *sequence) (Plan, error) {
 	c.st.recomputed += int64(plan.RecomputeTokens)
 	c.syncTables(child)
 	return plan, nil
-}
-
-// pinCopyWindow moves child's pin starts back to the window of the first
-// token of its partial block full, which an asynchronous copy fills: if the
-// copy fails, the server recomputes the block from that token and reads its
-// window. A pool whose blocks in that stretch lack bytes keeps its start
-// (pinning them would make the fork compute them, and computing them would
-// read further back): a failed copy there still asks for a recompute whose
-// window the tables do not cover, a case left open.
-func (c *Cache) pinCopyWindow(child *sequence, full int) {
-	ext := c.wantLo(c.scratch.lo, child.sparse, min(child.writeFrom, full*c.geom.blockTokens))
-	c.scratch.lo = ext
-	mask := c.scratch.pools[:0]
-	for range c.geom.pools {
-		mask = append(mask, false)
-	}
-	c.scratch.pools = mask
-	for p := range c.geom.pools {
-		ok := true
-		mask[p] = true
-		for i := ext[p]; i < child.pinLo[p] && ok; i++ {
-			ok = !c.lacksBytes(child.blocks[i], mask)
-		}
-		mask[p] = false
-		if ok {
-			child.pinLo[p] = ext[p]
-		}
-	}
 }

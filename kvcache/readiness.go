@@ -29,9 +29,7 @@ type Readiness struct {
 	// both see it; a server that has computed a range but not declared it
 	// yet sees it again and need not compute it twice. Until then no
 	// other request reuses those blocks. The block tables cover what the
-	// recompute reads: the window of its first token, in every layer (but
-	// for one case: the partial block a Fork copies, when blocks of its
-	// first token's window had no bytes at the Fork).
+	// recompute reads: the window of its first token, in every layer.
 	Recompute []TokenRange
 }
 
