@@ -118,8 +118,12 @@ func (c *Cache) planTruncate(s *sequence, length int) truncation {
 		}
 	}
 	// The server may rerun the last kept token to get its logits back
-	// (its pass wrote them before the cut): its window stays pinned.
-	pinFrom := min(s.writeFrom, max(0, length-1))
+	// (its pass wrote them before the cut): its window stays pinned. (A
+	// sparse sequence reads through SparseAccess instead.)
+	pinFrom := min(s.writeFrom, length)
+	if !s.sparse {
+		pinFrom = min(pinFrom, max(0, length-1))
+	}
 	if t.cowDst >= 0 && c.engine != nil {
 		// The copy runs after the call and may fail; the server then
 		// recomputes the partial block from its first token, which
