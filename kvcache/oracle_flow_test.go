@@ -195,9 +195,8 @@ func (q *oracleSeq) speculate(n, reject int, logits []float32, rng *rand.Rand) (
 		return nil, fmt.Errorf("after Truncate(%d): %w", reject, err)
 	}
 	// The logits of the last kept token are known from the pass that
-	// computed it; rerunning it checks that the tables still cover its
-	// window.
-	return q.rerunLast()
+	// computed it (the tables cover the window of the next token only).
+	return q.lastLogits()
 }
 
 // fork starts a child of the sequence, decodes gen tokens in it, checks its
