@@ -251,7 +251,7 @@ func oracleRequests(t testing.TB) int {
 	if testing.Short() || oracleRace {
 		return 24
 	}
-	return 80
+	return 40
 }
 
 // runOracle serves n requests of the workload of seed and fails at the first
