@@ -118,7 +118,8 @@ func (c *Cache) planTruncate(s *sequence, length int) truncation {
 			}
 		}
 	}
-	pinFrom := min(s.writeFrom, length)
+	from := min(s.writeFrom, length)
+	pinFrom := from
 	if t.cowDst >= 0 && c.engine != nil {
 		// The copy runs after the call and may fail; the server then
 		// recomputes the partial block from its first token, which
@@ -126,7 +127,7 @@ func (c *Cache) planTruncate(s *sequence, length int) truncation {
 		// tables cover what the recompute reads.
 		pinFrom = min(pinFrom, (nb-1)*B)
 	}
-	t.lo, t.copies, t.writeFrom = c.repinRange(s, t.blocks, min(s.writeFrom, length), pinFrom, partial, t.cowDst, t.cowSrc)
+	t.lo, t.copies, t.writeFrom = c.repinRange(s, t.blocks, from, pinFrom, partial, t.cowDst, t.cowSrc)
 	for _, i := range t.copies {
 		t.same = min(t.same, i)
 	}
