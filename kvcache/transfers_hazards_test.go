@@ -2,6 +2,7 @@ package kvcache
 
 import (
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 
@@ -312,4 +313,121 @@ func TestAsyncNoDetachWhileCopied(t *testing.T) {
 	require.Zero(t, r.Pending)
 	require.Empty(t, r.Recompute)
 	requireBlocks(t, c, store, b.Seq, p[:6])
+}
+
+// TestAsyncTruncateTakesBackADeclaredCommit: a sequence's commit waits for
+// a transfer that moves the equal cached block down; meanwhile its sliding
+// window passes that block (its private unit there is dropped) and a
+// Truncate moves the window back, which gives the unit a fresh slot for the
+// server to recompute. When the transfer ends, the waiting commit must not
+// merge that slot, whose bytes are not written yet, into the cached block
+// (it did: the cache then served a block of garbage as a hit).
+func TestAsyncTruncateTakesBackADeclaredCommit(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, []int{4, 0}) // layer 0 window 4
+	c, store, e := jobCache(t, l, GPUAndCPU(Capacity{Units: 16}, Capacity{Units: 16}), nil)
+	none := map[int]bool{}
+
+	prompt := seqTokens(8, 0)
+	p, err := c.Acquire(Request{Tokens: prompt})
+	require.NoError(t, err)
+	a, err := c.Acquire(Request{Tokens: prompt}) // P has not committed: A computes too
+	require.NoError(t, err)
+	require.Equal(t, []TokenRange{{Start: 0, End: 8}}, a.Compute)
+	e.drain(t, c, none)
+	writeBlocks(t, c, store, p.Seq, prompt, 0, 2)
+	writeBlocks(t, c, store, a.Seq, prompt, 0, 2)
+	c.mu.Lock()
+	cached := c.units.id(c.seqs[p.Seq].blocks[0], 0) // P's block 0, layer 0
+	c.mu.Unlock()
+	finish(t, c, p.Seq)
+	e.drain(t, c, none)
+
+	// New prompts fill the GPU until the cached block's windowed unit is
+	// moving down to the CPU; that transfer is held.
+	held := map[int]bool{}
+	for k := range 16 {
+		first := len(e.jobs)
+		f := seqTokens(4, uint32(1000+100*k))
+		fp, err := c.Acquire(Request{Tokens: f})
+		require.NoError(t, err)
+		c.mu.Lock()
+		storing := c.units.of(cached).storing()
+		c.mu.Unlock()
+		if storing {
+			for i := first; i < len(e.jobs); i++ {
+				held[i] = true
+			}
+			break
+		}
+		e.drain(t, c, none)
+		writeBlocks(t, c, store, fp.Seq, f, 0, 1)
+		finish(t, c, fp.Seq)
+		e.drain(t, c, none)
+	}
+	require.NotEmpty(t, held, "setup: the cached block's windowed unit never moved down")
+
+	// A's server wrote tokens 0..8 and appends 8..12: the implicit commit
+	// of blocks 0 and 1 waits for the move down (block 0 equals the
+	// cached one), and the window of token 12 leaves blocks 0 and 1.
+	more := append(slices.Clone(prompt), seqTokens(4, 8)...)
+	_, err = c.Append(a.Seq, more[8:]...)
+	require.NoError(t, err)
+	e.drain(t, c, held)
+	// Speculation rejected: back to 5 tokens. The window of token 5
+	// covers blocks 0 and 1 again; A's units there were dropped, so the
+	// server recomputes from token 0.
+	// A's block 0, private and out of its window, is unpinned: new
+	// prompts take its slot.
+	c.mu.Lock()
+	mine := c.units.id(c.seqs[a.Seq].blocks[0], 0)
+	c.mu.Unlock()
+	dropped := false
+	for k := range 16 {
+		f := seqTokens(4, uint32(5000+100*k))
+		fp, err := c.Acquire(Request{Tokens: f})
+		require.NoError(t, err)
+		e.drain(t, c, held)
+		writeBlocks(t, c, store, fp.Seq, f, 0, 1)
+		finish(t, c, fp.Seq)
+		e.drain(t, c, held)
+		c.mu.Lock()
+		dropped = c.units.of(mine).tier != GPU
+		c.mu.Unlock()
+		if dropped {
+			break
+		}
+	}
+	require.True(t, dropped, "setup: A's unpinned private unit kept its slot")
+	c.mu.Lock()
+	require.True(t, c.units.of(cached).storing(), "setup: the move down is held")
+	c.mu.Unlock()
+	tp, err := c.Truncate(a.Seq, 7)
+	require.NoError(t, err)
+	require.Equal(t, 0, tp.Compute[0].Start, "Truncate plans %+v", tp)
+	e.drain(t, c, held)
+
+	// The move down ends; the waiting commit runs.
+	e.drain(t, c, none)
+	c.mu.Lock()
+	st := *c.units.of(cached)
+	c.mu.Unlock()
+	if st.tier == GPU {
+		buf := store.Bytes(GPU, c.SlicePool(0), st.slot)
+		for o := range buf {
+			require.Equal(t, pattern(prompt[0], 0, o), buf[o], "the cached block 0 on GPU slot %d, byte %d, before A's server recomputed it", st.slot, o)
+		}
+	}
+	require.NoError(t, c.checkInvariants())
+
+	// The server recomputes what the Truncate asked and commits: the
+	// cached block holds the right bytes, whichever copy serves it.
+	writeBlocks(t, c, store, a.Seq, more[:5], 0, 1)
+	writeBlocks(t, c, store, a.Seq, more[:5], 1, 2)
+	require.NoError(t, c.Commit(a.Seq, 5))
+	e.drain(t, c, none)
+	b, err := c.Acquire(Request{Tokens: prompt[:4]})
+	require.NoError(t, err)
+	e.drain(t, c, none)
+	requireBlocks(t, c, store, b.Seq, prompt[:4])
+	require.NoError(t, c.checkInvariants())
 }

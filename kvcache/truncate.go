@@ -63,7 +63,11 @@ func (c *Cache) Truncate(id SeqID, n int) (_ Plan, err error) {
 	}
 	c.st.recomputed += int64(plan.RecomputeTokens)
 	c.applyTruncate(s, &cut)
-	s.declaredUpTo = min(s.declaredUpTo, cut.length)
+	// A commit that waits for a transfer covers only what stays written:
+	// a block the server now recomputes (a private unit that lost its
+	// slot and got a fresh one) is committed by the server's next Commit,
+	// once it wrote it.
+	s.declaredUpTo = min(s.declaredUpTo, cut.writeFrom)
 	return plan, nil
 }
 
