@@ -243,14 +243,15 @@ func (q *oracleSeq) writeGarbage(rs []kvcache.TokenRange, rng *rand.Rand) error 
 	if err := q.refresh(); err != nil {
 		return err
 	}
-	noise := make([]float32, q.s.m.headDim)
+	kd, vd := q.s.m.storedDims()
+	noise := make([]float32, kd)
 	for _, p := range rangePositions(rs) {
 		for l := range q.s.m.layers {
 			for h := range q.s.m.kvHeads {
 				for i := range noise {
 					noise[i] = rng.Float32()*8 - 4
 				}
-				if err := q.write(l, h, p, noise, noise); err != nil {
+				if err := q.write(l, h, p, noise, noise[:vd:vd]); err != nil {
 					return err
 				}
 			}

@@ -23,11 +23,17 @@ type tinyModel struct {
 	cla                int
 	emb                []float32
 	wq, wk, wv, wo, w1 [][]float32 // per layer
+	// latent, when positive, makes the layers multi-head latent attention
+	// (MLA): a token stores one vector of latent dimensions per layer
+	// (kvHeads is then 1), its projection by wdkv, from which every query
+	// head derives its K and V by the up-projections wuk and wuv.
+	latent        int
+	wdkv, wuk, wuv [][]float32 // per layer
 }
 
 // kvAccess is where a forward pass keeps K/V. read returns the K and V
-// vectors of head h of layer l at position p; write stores those of the
-// position being computed. Either may fail (a slot the block tables do not
+// vectors of head h of layer l at position p (under MLA, the latent vector
+// and nil); write stores those of the position being computed. Either may fail (a slot the block tables do not
 // give, a write outside the ranges to compute): the pass stops with the error.
 type kvAccess interface {
 	read(l, h, p int) (k, v []float32, err error)
@@ -56,6 +62,61 @@ func newTinyModel(seed uint64, layers, qHeads, kvHeads, headDim, vocab int, wind
 		m.w1 = append(m.w1, fill(dim*dim, s))
 	}
 	return m
+}
+
+// withMLA turns m into a multi-head latent attention model whose tokens
+// store latent dimensions per layer, with up-projections drawn from seed.
+func (m *tinyModel) withMLA(seed uint64, latent int) *tinyModel {
+	r := rand.New(rand.NewPCG(seed, 0x6d6c61))
+	fill := func(n int, scale float32) []float32 {
+		w := make([]float32, n)
+		for i := range w {
+			w[i] = (r.Float32()*2 - 1) * scale
+		}
+		return w
+	}
+	m.latent, m.kvHeads = latent, 1
+	for range m.layers {
+		m.wdkv = append(m.wdkv, fill(m.dim*latent, float32(1/math.Sqrt(float64(m.dim)))))
+		m.wuk = append(m.wuk, fill(latent*m.qHeads*m.headDim, float32(1/math.Sqrt(float64(latent)))))
+		m.wuv = append(m.wuv, fill(latent*m.qHeads*m.headDim, float32(1/math.Sqrt(float64(latent)))))
+	}
+	return m
+}
+
+// storedDims returns the dimensions of the K and the V vector a token
+// stores per KV head (under MLA: the latent vector, and no V).
+func (m *tinyModel) storedDims() (k, v int) {
+	if m.latent > 0 {
+		return m.latent, 0
+	}
+	return m.headDim, m.headDim
+}
+
+// kvAt returns the K and V vectors query head qh of layer l reads at
+// position j: its KV head's, or under MLA the up-projections of the
+// stored latent vector (summed in index order).
+func (m *tinyModel) kvAt(kv kvAccess, l, qh, j int) (k, v []float32, err error) {
+	if m.latent == 0 {
+		return kv.read(l, qh/(m.qHeads/m.kvHeads), j)
+	}
+	c, _, err := kv.read(l, 0, j)
+	if err != nil {
+		return nil, nil, err
+	}
+	n := m.qHeads * m.headDim
+	up := func(w []float32) []float32 {
+		out := make([]float32, m.headDim)
+		for d := range out {
+			var acc float32
+			for i, ci := range c {
+				acc += ci * w[i*n+qh*m.headDim+d]
+			}
+			out[d] = acc
+		}
+		return out
+	}
+	return up(m.wuk[l]), up(m.wuv[l]), nil
 }
 
 // matvec returns x·w for w of shape [len(x)][n], summing in index order.
@@ -110,7 +171,11 @@ func (m *tinyModel) embed(p int, tok uint32, salt uint64) []float32 {
 // positions of a prefill one by one or layer by layer gives the same bits.
 func (m *tinyModel) layer(kv kvAccess, l, p int, x []float32, write bool) error {
 	h := rmsNorm(nil, x)
-	if write && l%m.cla == 0 {
+	if write && l%m.cla == 0 && m.latent > 0 {
+		if err := kv.write(l, 0, p, matvec(nil, h, m.wdkv[l], m.latent), nil); err != nil {
+			return err
+		}
+	} else if write && l%m.cla == 0 {
 		k := matvec(nil, h, m.wk[l], m.kvHeads*m.headDim)
 		v := matvec(nil, h, m.wv[l], m.kvHeads*m.headDim)
 		for kh := range m.kvHeads {
@@ -126,16 +191,14 @@ func (m *tinyModel) layer(kv kvAccess, l, p int, x []float32, write bool) error 
 		first = p - w + 1
 	}
 	scale := float32(1 / math.Sqrt(float64(m.headDim)))
-	group := m.qHeads / m.kvHeads
 	attn := make([]float32, 0, m.qHeads*m.headDim)
 	scores := make([]float32, 0, p-first+1)
 	for qh := range m.qHeads {
 		qv := q[qh*m.headDim : (qh+1)*m.headDim]
-		kh := qh / group
 		scores = scores[:0]
 		maxS := float32(math.Inf(-1))
 		for j := first; j <= p; j++ {
-			kj, _, err := kv.read(l, kh, j)
+			kj, _, err := m.kvAt(kv, l, qh, j)
 			if err != nil {
 				return err
 			}
@@ -154,7 +217,7 @@ func (m *tinyModel) layer(kv kvAccess, l, p int, x []float32, write bool) error 
 		}
 		o := make([]float32, m.headDim)
 		for j := first; j <= p; j++ {
-			_, vj, err := kv.read(l, kh, j)
+			_, vj, err := m.kvAt(kv, l, qh, j)
 			if err != nil {
 				return err
 			}
@@ -233,13 +296,15 @@ func newTwinKV(m *tinyModel) *twinKV {
 }
 
 func (t *twinKV) read(l, h, p int) ([]float32, []float32, error) {
-	d, l := t.m.headDim, l/t.m.cla
-	return t.k[l][h][p*d : (p+1)*d], t.v[l][h][p*d : (p+1)*d], nil
+	kd, vd := t.m.storedDims()
+	l /= t.m.cla
+	return t.k[l][h][p*kd : (p+1)*kd], t.v[l][h][p*vd : (p+1)*vd], nil
 }
 
 func (t *twinKV) write(l, h, p int, k, v []float32) error {
-	d, l := t.m.headDim, l/t.m.cla
-	t.k[l][h] = append(t.k[l][h][:p*d], k...)
-	t.v[l][h] = append(t.v[l][h][:p*d], v...)
+	kd, vd := t.m.storedDims()
+	l /= t.m.cla
+	t.k[l][h] = append(t.k[l][h][:p*kd], k...)
+	t.v[l][h] = append(t.v[l][h][:p*vd], v...)
 	return nil
 }

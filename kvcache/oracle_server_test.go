@@ -52,7 +52,13 @@ func newOracleServer(c *kvcache.Cache, mem *kvcache.MemoryStore, m *tinyModel, a
 	lay := c.Layout()
 	s := &oracleServer{c: c, mem: mem, m: m, lay: lay, block: lay.TokensPerUnit(), async: async}
 	model := lay.Model()
-	if model.Layers != m.layers || model.KVHeads != m.kvHeads || model.HeadDim != m.headDim || model.ElemBytes != 4 {
+	stored := model.KVHeads // heads stored per KV layer: 1 under MLA
+	if model.MLALatentDims > 0 {
+		stored = 1
+	}
+	kd, vd := m.storedDims()
+	if model.Layers != m.layers || stored != m.kvHeads || model.HeadDim != m.headDim || model.ElemBytes != 4 ||
+		(m.latent > 0) != (model.MLALatentDims > 0) || (m.latent > 0 && model.MLALatentDims+model.MLARopeDims != m.latent) {
 		return nil, fmt.Errorf("oracle: layout %+v does not fit the model", model)
 	}
 	s.loc = make([][][2][]elemLoc, m.layers)
@@ -63,15 +69,21 @@ func newOracleServer(c *kvcache.Cache, mem *kvcache.MemoryStore, m *tinyModel, a
 		}
 		s.loc[l] = make([][2][]elemLoc, m.kvHeads)
 		for h := range m.kvHeads {
-			for comp := range 2 {
+			for comp, dims := range [2]int{kd, vd} {
+				if dims == 0 {
+					continue // no V under MLA
+				}
 				for t := range s.block {
 					e := layout.Element{KVLayer: kvl, KVHead: h, Component: layout.Key + layout.Component(comp), Token: t}
+					if m.latent > 0 {
+						e.Component = layout.Latent
+					}
 					sl, off, err := lay.Locate(e)
 					if err != nil {
 						return nil, err
 					}
 					var stride int64 = 4
-					if m.headDim > 1 {
+					if dims > 1 {
 						e.Dim = 1
 						_, off1, err := lay.Locate(e)
 						if err != nil {
@@ -161,13 +173,17 @@ func (q *oracleSeq) slot(e elemLoc, p int, what string, l, h int) ([]byte, error
 
 func (q *oracleSeq) read(l, h, p int) ([]float32, []float32, error) {
 	var out [2][]float32
-	for comp := range 2 {
+	kd, vd := q.s.m.storedDims()
+	for comp, dims := range [2]int{kd, vd} {
+		if dims == 0 {
+			continue
+		}
 		e := q.s.loc[l][h][comp][p%q.s.block]
 		buf, err := q.slot(e, p, "read", l, h)
 		if err != nil {
 			return nil, nil, err
 		}
-		v := make([]float32, q.s.m.headDim)
+		v := make([]float32, dims)
 		for d := range v {
 			o := e.off + int64(d)*e.stride
 			v[d] = math.Float32frombits(binary.LittleEndian.Uint32(buf[o:]))
@@ -182,6 +198,9 @@ func (q *oracleSeq) write(l, h, p int, k, v []float32) error {
 		return fmt.Errorf("oracle: seq %d writes position %d (layer %d), outside the ranges it was told to compute %v", q.id, p, l, q.writable)
 	}
 	for comp, vec := range [2][]float32{k, v} {
+		if len(vec) == 0 {
+			continue // no V under MLA
+		}
 		e := q.s.loc[l][h][comp][p%q.s.block]
 		buf, err := q.slot(e, p, "write", l, h)
 		if err != nil {

@@ -42,6 +42,9 @@ type oracleConfig struct {
 	failAll *atomic.Bool
 	// cla is the model's cross-layer sharing (0 or 1: none).
 	cla int
+	// mla, when positive, makes the model multi-head latent attention
+	// with that many latent dimensions (4 of them rotary).
+	mla int
 	// recompute is Config.Recompute, and link the CPU tier's link.
 	recompute *costmodel.Recompute
 	link      costmodel.Link
@@ -68,6 +71,8 @@ func oracleConfigs() []oracleConfig {
 		// are dropped.
 		{name: "paged-retention-cost", kind: layout.PagedLayer, policy: kvcache.RetentionPolicy, gpu: 40, cpu: 40,
 			recompute: &costmodel.Recompute{Beta: 2e-6, PositionWeight: costmodel.Flat}, link: costmodel.Link{BytesPerSecond: 1e9}},
+		{name: "bsa-mla-windows-async", kind: layout.BSA, mla: 12, windows: win, policy: lru, gpu: 40, cpu: 40, async: true, failPct: 15},
+		{name: "paged-mla-cla-fifo", kind: layout.PagedLayer, mla: 12, cla: 2, policy: fifo, gpu: 40, cpu: 30},
 		{name: "all-layers-windows-async-layerwise", kind: layout.AllLayers, windows: win, policy: lru, gpu: 40, cpu: 30, async: true, layerWise: true, failPct: 15},
 	}
 }
@@ -80,13 +85,17 @@ const (
 
 // oracleModel is the tiny model of every oracle run: 4 layers, GQA with 4
 // query and 2 KV heads of dimension 8, float32.
-func oracleModel(windows []int, cla int) (*tinyModel, layout.Model) {
+func oracleModel(windows []int, cla, mla int) (*tinyModel, layout.Model) {
 	if windows == nil {
 		windows = make([]int, oracleLayers)
 	}
 	m := newTinyModel(7, oracleLayers, 4, 2, 8, oracleVocab, windows)
 	m.cla = max(1, cla)
 	lm := layout.Model{Name: "oracle", Layers: oracleLayers, QueryHeads: 4, KVHeads: 2, HeadDim: 8, ElemBytes: 4, CLAFactor: cla}
+	if mla > 0 {
+		m.withMLA(11, mla)
+		lm.MLALatentDims, lm.MLARopeDims = mla-4, 4
+	}
 	for _, w := range windows {
 		if w > 0 {
 			lm.Windows = windows
@@ -99,7 +108,7 @@ func oracleModel(windows []int, cla int) (*tinyModel, layout.Model) {
 // The returned function closes the engine, if any.
 func newOracle(t testing.TB, cfg oracleConfig, seed uint64, mover func(*kvcache.MemoryStore) kvcache.Mover) (*oracleServer, func()) {
 	t.Helper()
-	m, lm := oracleModel(cfg.windows, cfg.cla)
+	m, lm := oracleModel(cfg.windows, cfg.cla, cfg.mla)
 	lay, err := layout.New(lm, cfg.kind, oracleBlock)
 	if err != nil {
 		t.Fatal(err)
@@ -414,22 +423,30 @@ func (m *corruptingMover) Copy(batch []kvcache.Copy) error {
 // bit flipped in every 7th unit loaded back to the GPU, the served outputs
 // differ from the no-cache run.
 func TestOracleCatchesCorruption(t *testing.T) {
-	cfg := oracleConfigs()[0] // paged, LRU, GPU and CPU
-	var mover *corruptingMover
-	s, done := newOracle(t, cfg, 1, func(mem *kvcache.MemoryStore) kvcache.Mover {
-		mover = &corruptingMover{mem: mem, n: 7}
-		return mover
-	})
-	defer done()
-	s.tolerate = true
-	runOracle(t, s, 1, 60)
-	if mover.corrupts == 0 {
-		t.Fatal("no unit was loaded back to the GPU: the workload does not exercise the check")
+	for _, cfg := range oracleConfigs() {
+		// Paged with LRU, and MLA (a latent vector per token) with CLA:
+		// both with a CPU tier and a synchronous Mover.
+		if cfg.name != "paged-lru" && cfg.name != "paged-mla-cla-fifo" {
+			continue
+		}
+		t.Run(cfg.name, func(t *testing.T) {
+			var mover *corruptingMover
+			s, done := newOracle(t, cfg, 1, func(mem *kvcache.MemoryStore) kvcache.Mover {
+				mover = &corruptingMover{mem: mem, n: 7}
+				return mover
+			})
+			defer done()
+			s.tolerate = true
+			runOracle(t, s, 1, 60)
+			if mover.corrupts == 0 {
+				t.Fatal("no unit was loaded back to the GPU: the workload does not exercise the check")
+			}
+			if s.mismatches.Load() == 0 {
+				t.Fatalf("%d corrupted loads, and every output matched the no-cache run: the oracle misses corruption", mover.corrupts)
+			}
+			t.Logf("%d corrupted loads: %d mismatches in %d logits and %d K/V vectors", mover.corrupts, s.mismatches.Load(), s.logitsSeen.Load(), s.kvSeen.Load())
+		})
 	}
-	if s.mismatches.Load() == 0 {
-		t.Fatalf("%d corrupted loads, and every output matched the no-cache run: the oracle misses corruption", mover.corrupts)
-	}
-	t.Logf("%d corrupted loads: %d mismatches in %d logits and %d K/V vectors", mover.corrupts, s.mismatches.Load(), s.logitsSeen.Load(), s.kvSeen.Load())
 }
 
 // TestOracleConcurrent serves four workloads at once on one cache, one
