@@ -27,7 +27,7 @@ type tinyModel struct {
 	// (MLA): a token stores one vector of latent dimensions per layer
 	// (kvHeads is then 1), its projection by wdkv, from which every query
 	// head derives its K and V by the up-projections wuk and wuv.
-	latent        int
+	latent         int
 	wdkv, wuk, wuv [][]float32 // per layer
 }
 
