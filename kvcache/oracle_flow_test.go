@@ -54,6 +54,11 @@ func noSpace(err error) error {
 // (prompt and generated).
 func (s *oracleServer) serve(r oracleReq, rng *rand.Rand) ([]uint32, error) {
 	req := kvcache.Request{Tokens: r.prompt, MaxLoadTokens: r.maxLoad, ComputeLast: r.computeLast, LoRA: r.lora, Extra: r.extra, Priorities: r.priorities}
+	if s.lookup != nil {
+		if err := s.lookup(req); err != nil {
+			return nil, fmt.Errorf("Lookup: %w", err)
+		}
+	}
 	if r.prefetch {
 		if _, err := s.c.Prefetch(req); err != nil && !errors.Is(err, kvcache.ErrNoSpace) {
 			return nil, fmt.Errorf("Prefetch: %w", err)

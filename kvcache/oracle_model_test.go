@@ -193,15 +193,17 @@ func (m *tinyModel) layer(kv kvAccess, l, p int, x []float32, write bool) error 
 	scale := float32(1 / math.Sqrt(float64(m.headDim)))
 	attn := make([]float32, 0, m.qHeads*m.headDim)
 	scores := make([]float32, 0, p-first+1)
+	vs := make([][]float32, 0, p-first+1)
 	for qh := range m.qHeads {
 		qv := q[qh*m.headDim : (qh+1)*m.headDim]
-		scores = scores[:0]
+		scores, vs = scores[:0], vs[:0]
 		maxS := float32(math.Inf(-1))
 		for j := first; j <= p; j++ {
-			kj, _, err := m.kvAt(kv, l, qh, j)
+			kj, vj, err := m.kvAt(kv, l, qh, j)
 			if err != nil {
 				return err
 			}
+			vs = append(vs, vj)
 			var s float32
 			for d := range qv {
 				s += qv[d] * kj[d]
@@ -216,12 +218,8 @@ func (m *tinyModel) layer(kv kvAccess, l, p int, x []float32, write bool) error 
 			sum += scores[i]
 		}
 		o := make([]float32, m.headDim)
-		for j := first; j <= p; j++ {
-			_, vj, err := m.kvAt(kv, l, qh, j)
-			if err != nil {
-				return err
-			}
-			w := scores[j-first] / sum
+		for i, vj := range vs {
+			w := scores[i] / sum
 			for d := range o {
 				o[d] += w * vj[d]
 			}

@@ -31,6 +31,9 @@ type oracleServer struct {
 	// server waits for every layer first. Ignored without an engine.
 	layerWise bool
 	async     bool
+	// lookup, when not nil, runs before each request's Acquire: a server
+	// that asks a shared store what it holds (tierstore.Lookup).
+	lookup func(kvcache.Request) error
 	// loc[l][h][c][t] places component c (0 = K, 1 = V) of head h of layer
 	// l at token t of a block: the slice, the byte offset of dimension 0 and
 	// the stride between dimensions.
