@@ -200,8 +200,9 @@ func (q *oracleSeq) speculate(n, reject int, logits []float32, rng *rand.Rand) (
 		return nil, fmt.Errorf("after Truncate(%d): %w", reject, err)
 	}
 	// The logits of the last kept token are known from the pass that
-	// computed it (the tables cover the window of the next token only).
-	return q.lastLogits()
+	// computed it; rerunning it checks that the tables still cover its
+	// window.
+	return q.rerunLast()
 }
 
 // fork starts a child of the sequence, decodes gen tokens in it, checks its

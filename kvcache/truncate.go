@@ -15,13 +15,12 @@ import "fmt"
 // units is copied.
 //
 // Truncate may pin blocks the sequence no longer pinned (a sliding-window
-// layer's window moves back). The tables then cover the window of the next
-// token to write, not always that of the last token kept (a sliding-window
-// layer may lack the block just before it): a server keeps the last kept
-// token's logits from the pass that computed it (speculative decoding has
-// them from its verifying pass) rather than rerunning that token. With a
-// TransferEngine the
-// tables also cover the window of the first token of a partial block being
+// layer's window moves back). The tables of a dense sequence then cover the
+// window of the last token kept as well as of the next one, so a server
+// that needs the last kept token's logits again (speculative decoding has
+// them from its verifying pass; another server may not) reruns that
+// token's forward pass over the K/V the tables give, writing nothing. With
+// a TransferEngine the tables also cover the window of the first token of a partial block being
 // copied on write: if the copy fails, the server recomputes that block from
 // its first token (see Readiness). A committed block one of whose units to pin
 // has no bytes is recomputed whole into a private copy, as Acquire does;
@@ -124,6 +123,12 @@ func (c *Cache) planTruncate(s *sequence, length int) truncation {
 	}
 	from := min(s.writeFrom, length)
 	pinFrom := from
+	if !s.sparse {
+		// The server may rerun the last kept token for its logits: its
+		// window stays pinned. (A sparse sequence reads through
+		// SparseAccess instead.)
+		pinFrom = min(pinFrom, max(0, length-1))
+	}
 	if t.cowDst >= 0 && c.engine != nil {
 		// The copy runs after the call and may fail; the server then
 		// recomputes the partial block from its first token, which
