@@ -291,10 +291,7 @@ func (h *harness) drain() {
 // a TransferEngine that completes transfers in random order and fails 10
 // to 30% of them.
 func TestModelAsync(t *testing.T) {
-	steps := 2000
-	if testing.Short() || raceEnabled {
-		steps = 600
-	}
+	steps := modelSize(2000, 1200, 600)
 	runConfigs(t, modelConfigs(), func(t *testing.T, mc modelConfig) map[string]int {
 		mc.async = true
 		total, _ := runSeeds(t, mc, 1000, modelSeeds(t, 2), steps, nil)

@@ -1832,6 +1832,20 @@ func runModel(t testing.TB, mc modelConfig, seed uint64, steps int) *harness {
 	return h
 }
 
+// modelSize returns the size of a randomized model test's run: long when
+// KVTIER_MODEL_SEEDS is set (CI's long run), short under -short or the race
+// detector, and def otherwise (go test ./..., which keeps kvcache's run
+// near a minute on two cores).
+func modelSize(long, def, short int) int {
+	switch {
+	case os.Getenv("KVTIER_MODEL_SEEDS") != "":
+		return long
+	case testing.Short() || raceEnabled:
+		return short
+	}
+	return def
+}
+
 // modelSeeds returns how many seeds a randomized model test runs per
 // configuration: n, or the number in KVTIER_MODEL_SEEDS (CI sets it to run
 // longer than the inner loop can afford).
@@ -1905,10 +1919,7 @@ func requireMet(t *testing.T, total map[string]int, want ...string) {
 }
 
 func TestModelRandomized(t *testing.T) {
-	steps := 3000
-	if testing.Short() || raceEnabled {
-		steps = 1000
-	}
+	steps := modelSize(3000, 1500, 1000)
 	runConfigs(t, modelConfigs(), func(t *testing.T, mc modelConfig) map[string]int {
 		total, _ := runSeeds(t, mc, 1, modelSeeds(t, 2), steps, func(h *harness) {
 			require.NotEmpty(t, h.events)
@@ -1936,10 +1947,7 @@ func TestModelRandomized(t *testing.T) {
 func TestModelSliced(t *testing.T) {
 	// Fewer steps than TestModelRandomized: every configuration runs twice
 	// here (Mover and engine), and CI's long run adds seeds.
-	steps := 800
-	if testing.Short() || raceEnabled {
-		steps = 300
-	}
+	steps := modelSize(800, 500, 300)
 	var configs []modelConfig
 	for _, mc := range modelConfigs() {
 		mc.name, mc.sliced = mc.name+"-sliced", true
@@ -1965,10 +1973,7 @@ func TestModelSliced(t *testing.T) {
 // runs with a Mover and with a TransferEngine (async), where a breach may
 // also come while Poll or Readiness completes transfers.
 func TestModelChaos(t *testing.T) {
-	runs, steps := uint64(40), 400
-	if testing.Short() || raceEnabled {
-		runs, steps = 10, 200
-	}
+	runs, steps := uint64(modelSize(40, 20, 10)), modelSize(400, 400, 200)
 	var configs []modelConfig
 	for _, mc := range modelConfigs() {
 		configs = append(configs, mc)
@@ -1995,10 +2000,7 @@ func TestModelChaos(t *testing.T) {
 // ErrPolicy, before the victim's offload can write the pinned unit's slot
 // (which the onboard or copy would then read) or the commit free it.
 func TestModelCPUPolicyEvictsPinned(t *testing.T) {
-	runs, steps := uint64(30), 300
-	if testing.Short() || raceEnabled {
-		runs, steps = 8, 200
-	}
+	runs, steps := uint64(modelSize(30, 12, 8)), modelSize(300, 300, 200)
 	var configs []modelConfig
 	for _, mc := range modelConfigs() {
 		if mc.cpu != (Capacity{}) {
