@@ -80,6 +80,7 @@ func (c *Cache) longCommit(s *sequence, upTo int) bool {
 // a one-step commit's is). It returns the first error.
 func (c *Cache) commitInSteps(call string, s *sequence, upTo int, err *error) error {
 	c.rewritten(s, upTo)
+	s.restored = s.restored[:0]
 	s.busy = true
 	c.long++
 	c.unlock(err)
@@ -126,6 +127,7 @@ func (c *Cache) Abort(id SeqID) (err error) {
 // any.
 func (c *Cache) commitThrough(s *sequence, upTo int) (committed bool) {
 	c.rewritten(s, upTo)
+	s.restored = s.restored[:0]
 	return c.commitBlocks(s, upTo)
 }
 
@@ -135,7 +137,6 @@ func (c *Cache) commitThrough(s *sequence, upTo int) (committed bool) {
 // since).
 func (c *Cache) commitBlocks(s *sequence, upTo int) (committed bool) {
 	full := upTo / c.geom.blockTokens
-	s.restored = s.restored[:0]
 	for i := s.firstPrivate; i < full; i++ {
 		b := s.blocks[i]
 		if c.units.blk(b).node != nil {

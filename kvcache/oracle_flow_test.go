@@ -170,8 +170,9 @@ func (q *oracleSeq) decode(tok uint32) ([]float32, error) {
 
 // speculate appends n draft tokens in one call (a draft model's guesses),
 // computes them, then truncates the last reject of them as a verifier would,
-// and returns the logits of the last token kept: the server has them from
-// the pass that computed it.
+// and returns the logits of the last token kept, rerun over the K/V the
+// tables give after the Truncate (and compared with the pass that
+// computed them).
 func (q *oracleSeq) speculate(n, reject int, logits []float32, rng *rand.Rand) ([]float32, error) {
 	drafts := make([]uint32, n)
 	drafts[0] = argmax(logits)

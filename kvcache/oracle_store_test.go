@@ -89,14 +89,14 @@ func (l *lossyStore) Put(ctx context.Context, keys []kvcache.UnitKey, values [][
 	return nil
 }
 
-// TestOracleSharedStore: two servers, each a cache over its own GPU and CPU
+// TestModelOracleSharedStore: two servers, each a cache over its own GPU and CPU
 // memory, share a store as their third tier and serve one workload in
 // turns, asking the store before every request. A prefix one server
 // computed reaches the store (written through, or moved down as the CPU
 // evicts it), and the other adopts it (tierstore.Lookup, Cache.Adopt) and
 // loads it instead of computing it: every logits vector and every K/V
 // vector of both stays bit for bit the no-cache run's.
-func TestOracleSharedStore(t *testing.T) {
+func TestModelOracleSharedStore(t *testing.T) {
 	// (At least 32 requests: fewer may push nothing down to the store.)
 	n := max(oracleRequests(t), 32)
 	for _, tc := range []struct {

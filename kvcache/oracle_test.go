@@ -423,12 +423,19 @@ func (m *corruptingMover) Copy(batch []kvcache.Copy) error {
 // bit flipped in every 7th unit loaded back to the GPU, the served outputs
 // differ from the no-cache run.
 func TestOracleCatchesCorruption(t *testing.T) {
+	ran := 0
+	defer func() {
+		if ran != 2 {
+			t.Errorf("%d configurations ran, want 2 (renamed?)", ran)
+		}
+	}()
 	for _, cfg := range oracleConfigs() {
 		// Paged with LRU, and MLA (a latent vector per token) with CLA:
 		// both with a CPU tier and a synchronous Mover.
 		if cfg.name != "paged-lru" && cfg.name != "paged-mla-cla-fifo" {
 			continue
 		}
+		ran++
 		t.Run(cfg.name, func(t *testing.T) {
 			var mover *corruptingMover
 			s, done := newOracle(t, cfg, 1, func(mem *kvcache.MemoryStore) kvcache.Mover {

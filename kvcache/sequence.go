@@ -155,7 +155,9 @@ type sequence struct {
 	// rewrite holds the units whose loads failed that it must write
 	// (recompute) and declare written; declaredUpTo is the largest Commit
 	// (or implicit commit) it made, kept while a block it covers is still
-	// in flight.
+	// in flight, and cut back to the first token the server must write
+	// again when a Truncate or SparseAccess gives a block it covers a
+	// fresh slot.
 	waits        []transferID
 	failed       []UnitID
 	rewrite      []UnitID

@@ -231,6 +231,12 @@ func (c *Cache) fillSparse(s *sequence, keys []UnitID, res *SparseResult, keep b
 			recomputed = append(recomputed, b)
 			s.restored = append(s.restored, n.u)
 		}
+		if from == Dropped && c.units.rec(n.u).node == nil {
+			// A commit that waits for a transfer covers only what the
+			// server wrote: this private block waits for its next
+			// declaration (as after a Truncate).
+			s.declaredUpTo = min(s.declaredUpTo, b*B)
+		}
 		res.BytesRead += ub
 		res.Units = append(res.Units, SparseUnit{Block: b, KVHead: int(g.sliceHead[sl]), Slice: sl, Pool: p, Slot: n.slot, From: from})
 		pins = append(pins, n.u)

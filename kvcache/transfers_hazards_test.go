@@ -431,3 +431,121 @@ func TestAsyncTruncateTakesBackADeclaredCommit(t *testing.T) {
 	requireBlocks(t, c, store, b.Seq, prompt[:4])
 	require.NoError(t, c.checkInvariants())
 }
+
+// TestAsyncSparseRestoreTakesBackADeclaredCommit: as in
+// TestAsyncTruncateTakesBackADeclaredCommit, with a sparse sequence whose
+// commit waits while it has no bytes for a unit of the block (a sparse
+// sequence pins only the block of its next token), which a SparseAccess
+// then restores into a fresh slot that its server writes with the layer's
+// kernel. The waiting commit must not merge that slot into the cached
+// block before the server declares it written.
+func TestAsyncSparseRestoreTakesBackADeclaredCommit(t *testing.T) {
+	l := tinyLayout(t, layout.BSA, nil) // 4 units per block: (layer, KV head)
+	c, store, e := jobCache(t, l, GPUAndCPU(Capacity{Units: 32}, Capacity{Units: 32}), nil)
+	none := map[int]bool{}
+
+	prompt := seqTokens(8, 0)
+	a, err := c.Acquire(Request{Tokens: prompt, Sparse: true})
+	require.NoError(t, err)
+	require.Equal(t, 8, a.Pending)
+	p, err := c.Acquire(Request{Tokens: prompt})
+	require.NoError(t, err)
+	e.drain(t, c, none)
+	_, err = c.Append(a.Seq, prompt...) // A's prefill: blocks 0 and 1, private
+	require.NoError(t, err)
+	e.drain(t, c, none)
+	writeBlocks(t, c, store, p.Seq, prompt, 0, 2)
+	for sl := range l.UnitsPerBlock() { // A's server writes the units it has
+		for b := range 2 {
+			loc, err := c.Locate(a.Seq, b, sl)
+			require.NoError(t, err)
+			if loc.Tier == GPU {
+				buf := store.Bytes(GPU, loc.Pool, loc.Slot)
+				for o := range buf {
+					buf[o] = pattern(prompt[b*4], sl, o)
+				}
+			}
+		}
+	}
+	c.mu.Lock()
+	cached := c.units.id(c.seqs[p.Seq].blocks[0], 0) // P's block 0, layer 0 head 0
+	mine := c.units.id(c.seqs[a.Seq].blocks[0], 0)
+	c.mu.Unlock()
+	finish(t, c, p.Seq)
+	e.drain(t, c, none)
+
+	held := map[int]bool{}
+	for k := range 32 {
+		first := len(e.jobs)
+		f := seqTokens(4, uint32(1000+100*k))
+		fp, err := c.Acquire(Request{Tokens: f})
+		require.NoError(t, err)
+		c.mu.Lock()
+		storing := c.units.of(cached).storing()
+		c.mu.Unlock()
+		if storing {
+			for i := first; i < len(e.jobs); i++ {
+				held[i] = true
+			}
+			break
+		}
+		e.drain(t, c, none)
+		writeBlocks(t, c, store, fp.Seq, f, 0, 1)
+		finish(t, c, fp.Seq)
+		e.drain(t, c, none)
+	}
+	require.NotEmpty(t, held, "setup: the cached block's unit never moved down")
+
+	// A appends a token: its commit of blocks 0 and 1 waits for the move
+	// down.
+	_, err = c.Append(a.Seq, 8)
+	require.NoError(t, err)
+	e.drain(t, c, held)
+	c.mu.Lock()
+	_, waits := c.xfer.declared[c.seqs[a.Seq]]
+	c.mu.Unlock()
+	require.True(t, waits, "setup: A's commit does not wait")
+	// New prompts take the slot of A's block 0, which A does not pin.
+	dropped := false
+	for k := range 32 {
+		f := seqTokens(4, uint32(5000+100*k))
+		fp, err := c.Acquire(Request{Tokens: f})
+		require.NoError(t, err)
+		e.drain(t, c, held)
+		writeBlocks(t, c, store, fp.Seq, f, 0, 1)
+		finish(t, c, fp.Seq)
+		e.drain(t, c, held)
+		c.mu.Lock()
+		dropped = c.units.of(mine).tier != GPU
+		c.mu.Unlock()
+		if dropped {
+			break
+		}
+	}
+	require.True(t, dropped, "setup: A's unpinned private unit kept its slot")
+	c.mu.Lock()
+	require.True(t, c.units.of(cached).storing(), "setup: the move down is held")
+	c.mu.Unlock()
+
+	// Layer 0 reads block 0: A's unit there is restored into a fresh slot.
+	var res SparseResult
+	require.NoError(t, c.SparseAccess(a.Seq, Selection{Layer: 0, Blocks: [][]int{{0}, {0}}}, &res))
+	restored := false
+	for _, u := range res.Units {
+		restored = restored || (u.Block == 0 && u.From == Dropped)
+	}
+	require.True(t, restored, "setup: SparseAccess restored nothing: %+v", res.Units)
+
+	// The move down ends before the layer's kernel ran.
+	e.drain(t, c, none)
+	c.mu.Lock()
+	st := *c.units.of(cached)
+	c.mu.Unlock()
+	if st.tier == GPU {
+		buf := store.Bytes(GPU, c.SlicePool(0), st.slot)
+		for o := range buf {
+			require.Equal(t, pattern(prompt[0], 0, o), buf[o], "the cached block 0 on GPU slot %d, byte %d, before A's server restored it", st.slot, o)
+		}
+	}
+	require.NoError(t, c.checkInvariants())
+}
