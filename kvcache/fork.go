@@ -117,12 +117,12 @@ func (c *Cache) forkOf(s *sequence) (Plan, error) {
 		// truncation): the parent is not ready, for reads or writes,
 		// until the copy has read it.
 		for _, id := range c.tx.submitted {
-			c.wait(s, id)
+			c.xfer.wait(s, id)
 		}
 	}
 	for _, w := range s.waits {
 		// The child reads the blocks the parent waits for.
-		c.wait(child, w)
+		c.xfer.wait(child, w)
 	}
 	plan := Plan{Seq: child.id, Tokens: child.tokens.len()}
 	c.fillPlan(&plan, child)

@@ -299,18 +299,11 @@ func (c *Cache) accounting(policies bool) error {
 	if c.tree.Len() > c.meta.maxBlocks && c.meta.head != noBlock && c.subtreeSettled(c.units.blk(c.meta.head).node) {
 		return fmt.Errorf("tree holds %d blocks, budget %d, with hollow blocks left", c.tree.Len(), c.meta.maxBlocks)
 	}
-	free := 0
-	for b := c.units.free; b != noBlock; b = c.units.blk(b).hollowNext {
-		if c.units.blk(b).live || free > int(c.units.records()) {
-			return fmt.Errorf("free block record %d is live, or the free list has a cycle", b)
-		}
-		free++
+	if err := c.units.check(live); err != nil {
+		return err
 	}
-	if free != c.units.freeLen {
-		return fmt.Errorf("%d block records on the free list, %d counted", free, c.units.freeLen)
-	}
-	if live+free+c.units.retired != int(c.units.records()) {
-		return fmt.Errorf("%d live + %d free + %d retired block records != %d", live, free, c.units.retired, c.units.records())
+	if err := c.xfer.check(c.seqs); err != nil {
+		return err
 	}
 	treeNodes := 0
 	for n := range c.tree.All() {
@@ -330,28 +323,121 @@ func (c *Cache) accounting(policies bool) error {
 	for p := range c.geom.pools {
 		for t := GPU; t <= tiers; t++ {
 			a := c.tiers.arena(t, p)
-			used := a.capacity() - len(a.free)
-			if used != counts[p][t].used || a.tracked != used || (policies && a.policy.Len() != used) {
-				return fmt.Errorf("%s pool %d: %d slots used, %d units resident, %d tracked, policy has %d",
-					a.tier, p, used, counts[p][t].used, a.tracked, a.policy.Len())
-			}
 			if t == c.wt.tier && a.backups != backups[p] {
 				return fmt.Errorf("%s pool %d: %d backups counted, %d units have one", a.tier, p, a.backups, backups[p])
 			}
-			if a.pinned != counts[p][t].pinned {
-				return fmt.Errorf("%s pool %d: %d pinned counted, %d units pinned", a.tier, p, a.pinned, counts[p][t].pinned)
+			if err := a.check(counts[p][t].used, counts[p][t].pinned, policies); err != nil {
+				return fmt.Errorf("pool %d: %w", p, err)
 			}
-			for sl, o := range a.owner {
-				if a.txPinned[sl] {
-					return fmt.Errorf("%s pool %d: slot %d (unit %d) pinned by a transaction that ended", a.tier, p, sl, o)
-				}
+		}
+	}
+	return nil
+}
+
+// check verifies the arena's own accounting against what the units say
+// (used of its slots hold a unit, pinned of them pinned in its policy):
+// its free slots are owned by nobody and listed once, its counts agree,
+// no slot stays pinned by a transaction that ended, and (with policies)
+// its policy tracks every used slot.
+func (a *arena) check(used, pinned int, policies bool) error {
+	n := a.capacity() - len(a.free)
+	if n != used || a.tracked != n || (policies && a.policy.Len() != n) {
+		return fmt.Errorf("%s: %d slots used, %d units resident, %d tracked, policy has %d",
+			a.tier, n, used, a.tracked, a.policy.Len())
+	}
+	if a.pinned != pinned {
+		return fmt.Errorf("%s: %d pinned counted, %d units pinned", a.tier, a.pinned, pinned)
+	}
+	for sl, o := range a.owner {
+		if a.txPinned[sl] {
+			return fmt.Errorf("%s: slot %d (unit %d) pinned by a transaction that ended", a.tier, sl, o)
+		}
+	}
+	seen := make(map[int32]bool, len(a.free))
+	for _, s := range a.free {
+		if seen[s] || a.owner[s] != noUnit {
+			return fmt.Errorf("%s: free slot %d duplicated or owned", a.tier, s)
+		}
+		seen[s] = true
+	}
+	return nil
+}
+
+// check verifies the unit table's block records, live of which are live:
+// the free list holds only free records, once each, and every record is
+// live, free or retired.
+func (t *unitTable) check(live int) error {
+	free := 0
+	for b := t.free; b != noBlock; b = t.blk(b).hollowNext {
+		if t.blk(b).live || free > int(t.records()) {
+			return fmt.Errorf("free block record %d is live, or the free list has a cycle", b)
+		}
+		free++
+	}
+	if free != t.freeLen {
+		return fmt.Errorf("%d block records on the free list, %d counted", free, t.freeLen)
+	}
+	if live+free+t.retired != int(t.records()) {
+		return fmt.Errorf("%d live + %d free + %d retired block records != %d", live, free, t.retired, t.records())
+	}
+	return nil
+}
+
+// check verifies the transfers in flight between operations, against the
+// live sequences: every known transfer is unfinished and counted in
+// flight; a sequence waits on a transfer exactly when the transfer lists
+// it as a waiter; a transfer's count of the transfers it starts after is
+// the number that list it as a dependent, all of them known; and the
+// finished transfers being applied are the ones marked so.
+func (x *transfers) check(seqs map[SeqID]*sequence) error {
+	if x.byID == nil {
+		return nil
+	}
+	if x.inFlight != len(x.byID) {
+		return fmt.Errorf("%d transfers in flight, %d known", x.inFlight, len(x.byID))
+	}
+	deps := make(map[transferID]int32)
+	for on, ds := range x.dependents {
+		if _, ok := x.byID[on]; !ok {
+			return fmt.Errorf("transfers wait for transfer %d, which is over", on)
+		}
+		for _, d := range ds {
+			if _, ok := x.byID[d.id]; !ok {
+				return fmt.Errorf("transfer %d: dependent %d is over", on, d.id)
 			}
-			seen := make(map[int32]bool, len(a.free))
-			for _, s := range a.free {
-				if seen[s] || a.owner[s] != noUnit {
-					return fmt.Errorf("%s pool %d: free slot %d duplicated or owned", a.tier, p, s)
-				}
-				seen[s] = true
+			deps[d.id]++
+		}
+	}
+	applying := 0
+	for id, tr := range x.byID {
+		if tr.done || tr.id != id {
+			return fmt.Errorf("transfer %d (id %d) done %t but known", id, tr.id, tr.done)
+		}
+		if !tr.applying && tr.deps != deps[id] {
+			return fmt.Errorf("transfer %d starts after %d transfers, %d list it", id, tr.deps, deps[id])
+		}
+		if tr.applying {
+			applying++
+		}
+		for _, s := range tr.waiters {
+			if seqs[s.id] != s || !slices.Contains(s.waits, id) {
+				return fmt.Errorf("transfer %d: waiter %d is not live or does not wait on it", id, s.id)
+			}
+		}
+	}
+	if applying != len(x.applying) {
+		return fmt.Errorf("%d transfers marked applying, %d listed", applying, len(x.applying))
+	}
+	for _, tr := range x.applying {
+		if !tr.applying || x.byID[tr.id] != tr {
+			return fmt.Errorf("transfer %d listed as applying but not marked or not known", tr.id)
+		}
+	}
+	for id, s := range seqs {
+		for i, w := range s.waits {
+			tr, ok := x.byID[w]
+			if !ok || !slices.Contains(tr.waiters, s) || slices.Contains(s.waits[:i], w) {
+				return fmt.Errorf("seq %d waits on transfer %d, which is over, does not list it, or twice", id, w)
 			}
 		}
 	}

@@ -164,7 +164,7 @@ func (h *harness) settle() {
 	}
 	for i := 0; h.poisoned == nil; i++ {
 		h.c.mu.Lock()
-		applying := h.c.applying()
+		applying := h.c.xfer.hasWork()
 		n, done := declared()
 		h.c.mu.Unlock()
 		if !applying && n > 0 {

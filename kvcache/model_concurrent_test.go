@@ -365,7 +365,7 @@ func (w *concurrentWorld) check(where string) {
 		for i := 0; ; i++ {
 			require.Less(t, i, 100000, "%s: transfers never drain", where)
 			c.mu.Lock()
-			idle := c.xfer.inFlight == 0 && !c.applying()
+			idle := c.xfer.inFlight == 0 && !c.xfer.hasWork()
 			c.mu.Unlock()
 			if idle {
 				break

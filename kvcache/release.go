@@ -68,7 +68,7 @@ func (c *Cache) endInSteps(call string, s *sequence, err *error) error {
 // SparseAccess restored that it never declared written are dropped again
 // unless another sequence pins them.
 func (c *Cache) end(s *sequence) {
-	c.unwait(s)
+	c.xfer.unwait(s)
 	if c.xfer.declared != nil {
 		// A commit that waited for a transfer is given up: the
 		// sequence's private blocks are discarded below.
@@ -159,7 +159,7 @@ func (c *Cache) longEnd(s *sequence) bool {
 // drops them; its pins and references go in the steps of runEnd.
 func (c *Cache) beginEnd(e *ending) {
 	s := e.s
-	c.unwait(s)
+	c.xfer.unwait(s)
 	if c.xfer.declared != nil {
 		delete(c.xfer.declared, s)
 	}

@@ -285,12 +285,12 @@ func (c *Cache) newBuildTransfer(b *xferBuild, kvLayer int32) *transfer {
 		}
 	}
 	if b.capBlocks > 0 && b.prev != nil {
-		c.addDep(tr, b.prev.id, false)
+		c.xfer.addDep(tr, b.prev.id, false)
 	}
 	b.prev = tr
 	b.made = append(b.made, tr.id)
 	if b.owner != nil {
-		c.wait(b.owner, tr.id)
+		c.xfer.wait(b.owner, tr.id)
 	}
 	return tr
 }
@@ -323,7 +323,7 @@ func (c *Cache) addChains(b *xferBuild) {
 			if after == nil || after.kvLayer != ch.kvLayer || afterID != ch.after ||
 				(b.capBlocks > 0 && ch.load && ch.block != afterLast && afterLoads == b.capBlocks) {
 				after, afterID, afterLoads, afterLast = c.newBuildTransfer(b, ch.kvLayer), ch.after, 0, -1
-				c.addDep(after, ch.after, true)
+				c.xfer.addDep(after, ch.after, true)
 			}
 			if ch.load && ch.block != afterLast {
 				afterLoads++
@@ -359,7 +359,7 @@ func (c *Cache) addChains(b *xferBuild) {
 				continue
 			}
 			if src := c.units.of(m.src).loadBy; src != 0 && src < tr.id {
-				c.addDep(tr, src, true)
+				c.xfer.addDep(tr, src, true)
 			}
 		}
 	}
@@ -372,7 +372,7 @@ func (c *Cache) addChains(b *xferBuild) {
 				continue
 			}
 			if id := c.units.of(n.u).loadBy; id != 0 {
-				c.wait(s, id)
+				c.xfer.wait(s, id)
 				b.loading++
 			}
 		}
@@ -453,8 +453,7 @@ func (x *transfers) add(kvLayer int32) *transfer {
 }
 
 // addDep makes tr start after transfer on, if that is unfinished.
-func (c *Cache) addDep(tr *transfer, on transferID, data bool) {
-	x := &c.xfer
+func (x *transfers) addDep(tr *transfer, on transferID, data bool) {
 	if d, ok := x.byID[on]; !ok || d.done {
 		return
 	}
@@ -506,8 +505,8 @@ func (c *Cache) startTransfer(copies []Copy, done func(error)) {
 // check, is bounded by what is in flight for the sequence, not by how
 // many transfers it ever waited on; a transfer's waiters are few (its
 // operation's sequence, a fork, sequences that hit units it loads).
-func (c *Cache) wait(s *sequence, id transferID) {
-	tr, ok := c.xfer.byID[id]
+func (x *transfers) wait(s *sequence, id transferID) {
+	tr, ok := x.byID[id]
 	if !ok || tr.done || slices.Contains(tr.waiters, s) {
 		return
 	}
@@ -516,9 +515,9 @@ func (c *Cache) wait(s *sequence, id transferID) {
 }
 
 // unwait drops s's waits (the sequence ends).
-func (c *Cache) unwait(s *sequence) {
+func (x *transfers) unwait(s *sequence) {
 	for _, id := range s.waits {
-		if tr, ok := c.xfer.byID[id]; ok {
+		if tr, ok := x.byID[id]; ok {
 			tr.waiters = removeOne(tr.waiters, s)
 		}
 	}
@@ -605,11 +604,10 @@ func (c *Cache) poll() int {
 	return n
 }
 
-// applying reports whether the cache has work of finished transfers left
-// (Cache.mu held): moves of those poll began, reports it has not taken, or
-// commits they let through.
-func (c *Cache) applying() bool {
-	x := &c.xfer
+// hasWork reports whether finished transfers left work (Cache.mu held):
+// moves of those poll began, reports it has not taken, or commits they let
+// through.
+func (x *transfers) hasWork() bool {
 	return len(x.applying) > 0 || x.behind || x.byID != nil && x.inbox.ready()
 }
 
