@@ -12,6 +12,7 @@ import (
 	"github.com/kvtier/kvtier/kvcache"
 	"github.com/kvtier/kvtier/layout"
 	"github.com/kvtier/kvtier/tierstore"
+	"github.com/kvtier/kvtier/tierstore/diskstore"
 )
 
 // oracleHashSeed is the hash seed of the servers that share a store: equal
@@ -163,4 +164,79 @@ func TestModelOracleSharedStore(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestModelOracleWarmRestart: a server writes through to a disk store
+// (tierstore/diskstore) as its third tier while it serves half the
+// workload, then stops; a new server, its process restarted, opens the
+// same directory, asks it before every request (tierstore.Lookup adopts
+// what the files hold) and serves the rest, loading what the first one
+// computed: every output of both stays bit for bit the no-cache run's.
+func TestModelOracleWarmRestart(t *testing.T) {
+	n := max(oracleRequests(t), 32)
+	cfg := oracleConfig{kind: layout.PagedLayer, windows: []int{0, 20, 0, 12}, policy: kvcache.LRUPolicy, gpu: 24, cpu: 12}
+	_, lm := oracleModel(cfg.windows, cfg.cla, cfg.mla)
+	lay, err := layout.New(lm, cfg.kind, oracleBlock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	open := func() *diskstore.Store {
+		st, err := diskstore.Open(diskstore.Options{Dir: dir, Fingerprint: tierstore.Fingerprint("oracle", lay, oracleHashSeed), MaxBytes: 64 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	w := newOracleWorkload(3)
+	rng := rand.New(rand.NewPCG(3, 7))
+	served := 0
+	run := func(s *oracleServer, from, to int) {
+		for i := from; i < to; i++ {
+			req := w.next()
+			out, err := s.serve(req, rng)
+			switch {
+			case errors.Is(err, errSkipped):
+			case err != nil:
+				t.Fatalf("request %d (%d prompt tokens, %+v): %v", i, len(req.prompt), summary(req), err)
+			default:
+				served++
+				w.remember(out)
+			}
+		}
+	}
+
+	store := open()
+	first, done := newStoreOracle(t, cfg, store, 400, true)
+	run(first, 0, n/2)
+	// The first server stops once its writes reached the disk.
+	for k := 0; first.c.Stats().Transfers > 0; k++ {
+		if k > 30000 {
+			t.Fatal("transfers never drain")
+		}
+		if _, err := first.c.Poll(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	written := first.c.Stats().Tier(3).BackupsWritten
+	done()
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	store = open()
+	defer store.Close()
+	second, done := newStoreOracle(t, cfg, store, 400, true)
+	defer done()
+	run(second, n/2, n)
+	if served < n/2 {
+		t.Fatalf("only %d of %d requests served", served, n)
+	}
+	st := second.c.Stats().Tier(3)
+	if written == 0 || st.Adopted == 0 || st.Hits == 0 {
+		t.Fatalf("the first server wrote %d units to disk; after the restart %d were adopted and %d loaded: the restart was not exercised", written, st.Adopted, st.Hits)
+	}
+	t.Logf("%d units written before the restart; after it %d adopted, %d loaded, %d missing, %d corrupt; %d and %d logits identical",
+		written, st.Adopted, st.Hits, st.Missing, st.Corrupt, first.logitsSeen.Load(), second.logitsSeen.Load())
 }
