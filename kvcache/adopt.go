@@ -45,7 +45,7 @@ func (c *Cache) Adopt(req Request, blocks int, t Tier) (_ int, err error) {
 		return 0, err
 	}
 	if !c.isLong(blocks * c.geom.slices) {
-		n, err := c.adoptRange(req, 0, blocks, t)
+		_, n, err := c.adoptRange(req, 0, blocks, t, nil)
 		c.unlock(&err)
 		return n, err
 	}
@@ -63,6 +63,10 @@ func (c *Cache) Adopt(req Request, blocks int, t Tier) (_ int, err error) {
 	}()
 	per := max(1, c.placeBudget().max/c.geom.slices)
 	n := 0
+	// known is the prefix each step found cached or adopted, from which
+	// the next step goes on (a match from the first block at every step
+	// made a long Adopt quadratic in the prompt).
+	var known []*radix.Node[int32]
 	for lo := 0; lo < blocks; lo += per {
 		hi := min(blocks, lo+per)
 		if err := c.step("Adopt", func() error {
@@ -70,7 +74,7 @@ func (c *Cache) Adopt(req Request, blocks int, t Tier) (_ int, err error) {
 				return c.poisoned
 			}
 			var err error
-			n, err = c.adoptRange(req, lo, hi, t)
+			known, n, err = c.adoptRange(req, lo, hi, t, known)
 			return err
 		}); err != nil {
 			return 0, err
@@ -80,6 +84,35 @@ func (c *Cache) Adopt(req Request, blocks int, t Tier) (_ int, err error) {
 		}
 	}
 	return n, nil
+}
+
+// adoptMatch returns the nodes of the cached prefix of req's first hi
+// blocks (Cache.mu held): known, the prefix an earlier step of the same
+// Adopt found, extended block by block while its last node is still in the
+// tree (then so are the others: a node's ancestors outlive it), or else a
+// match from the first block. The nodes are in known's buffer, not in the
+// cache's scratch: a long Adopt keeps them across its steps.
+func (c *Cache) adoptMatch(req *Request, keys radix.Keys, hi int, known []*radix.Node[int32]) ([]*radix.Node[int32], error) {
+	if len(known) == 0 || !c.tree.Owns(known[len(known)-1]) {
+		_, nodes, err := c.match(req)
+		if err != nil {
+			return nil, err
+		}
+		return append(known[:0], nodes[:min(len(nodes), hi)]...), nil
+	}
+	B := c.geom.blockTokens
+	nodes := known[:min(len(known), hi)]
+	for i := len(nodes); i < hi; i++ {
+		n, err := c.tree.Child(nodes[i-1], keys, req.Tokens[i*B:(i+1)*B], req.Extra)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		}
+		if n == nil {
+			break
+		}
+		nodes = append(nodes, n)
+	}
+	return nodes, nil
 }
 
 // checkAdopt returns the error of an Adopt with bad arguments, or of a
@@ -102,21 +135,23 @@ func (c *Cache) checkAdopt(req Request, blocks int, t Tier) error {
 
 // adoptRange adopts blocks [lo, hi) of req's prompt on tier t (Cache.mu
 // held, in an operation's frame), those before lo being adopted or held
-// already, and returns how many of the prompt's first blocks the cache
-// holds whole afterwards, up to hi.
-func (c *Cache) adoptRange(req Request, lo, hi int, t Tier) (int, error) {
-	keys, nodes, err := c.match(&req)
+// already, and returns the nodes of the prompt's cached prefix up to hi
+// (known extended, see adoptMatch) and how many of the prompt's first
+// blocks the cache holds whole afterwards, up to hi.
+func (c *Cache) adoptRange(req Request, lo, hi int, t Tier, known []*radix.Node[int32]) ([]*radix.Node[int32], int, error) {
+	keys := radix.Keys{Namespace: req.Namespace, LoRA: req.LoRA}
+	nodes, err := c.adoptMatch(&req, keys, hi, known)
 	if err != nil {
-		return 0, err
+		return nil, 0, err
 	}
 	if k := c.wholePrefix(nodes); k < lo {
 		// A block adopted before is gone (evicted by a step's room on
 		// the last tier) or lost a unit.
-		return k, nil
+		return nodes, k, nil
 	}
 	blocks, B := hi, c.geom.blockTokens
 	if plan := c.planAdoption(nodes, lo, blocks, t); len(plan.units) == 0 {
-		return plan.blocks, nil
+		return nodes, plan.blocks, nil
 	}
 	c.begin(nil)
 	c.tx.executing = true
@@ -134,12 +169,12 @@ func (c *Cache) adoptRange(req Request, lo, hi int, t Tier) (int, error) {
 	}
 	if c.poisoned != nil {
 		// A policy broke while told of the pins.
-		return 0, c.abort(c.poisoned)
+		return nil, 0, c.abort(c.poisoned)
 	}
 	plan := c.planAdoption(nodes, lo, blocks, t)
 	if len(plan.units) == 0 {
 		c.commit()
-		return plan.blocks, nil
+		return nodes, plan.blocks, nil
 	}
 	for i := range plan.units {
 		pu := &plan.units[i]
@@ -158,20 +193,21 @@ func (c *Cache) adoptRange(req Request, lo, hi int, t Tier) (int, error) {
 			err = c.poison(c.tiers.arena(t, p), "Evict found no victim among %d evictable units", c.tiers.arena(t, p).evictable())
 		}
 		if err != nil {
-			return 0, c.abort(err)
+			return nil, 0, c.abort(err)
 		}
 		c.tiers.arena(t, p).owner[s] = u
 		pu.u, pu.slot = u, s
 	}
 	// Nothing fails from here on: the new blocks enter the tree.
 	var parent *radix.Node[int32]
-	if len(nodes) > 0 {
-		parent = nodes[len(nodes)-1]
+	matched := len(nodes) // the blocks past them enter the tree
+	if matched > 0 {
+		parent = nodes[matched-1]
 	}
 	last := int32(-1)
 	for i := range plan.units {
 		pu := &plan.units[i]
-		if pu.b == last || pu.index < len(nodes) {
+		if pu.b == last || pu.index < matched {
 			continue
 		}
 		last = pu.b
@@ -180,10 +216,11 @@ func (c *Cache) adoptRange(req Request, lo, hi int, t Tier) (int, error) {
 			// Unreachable: the parent is live, the keys and extra keys
 			// were validated by match, and no block past the match
 			// exists.
-			return 0, c.abort(c.poison(c.tiers.arena(t, c.poolOf(pu.u)), "prefix tree refused adopted block %d: %v", pu.index, err))
+			return nil, 0, c.abort(c.poison(c.tiers.arena(t, c.poolOf(pu.u)), "prefix tree refused adopted block %d: %v", pu.index, err))
 		}
 		n.Value = pu.b
 		c.units.blk(pu.b).node = n
+		nodes = append(nodes, n)
 		c.st.stored++
 		c.emitBlock(BlockStored, pu.b, t)
 		parent = n
@@ -195,13 +232,13 @@ func (c *Cache) adoptRange(req Request, lo, hi int, t Tier) (int, error) {
 		c.place(a, pu.u, false)
 		c.gainBytes(pu.b)
 		a.adopted++
-		if pu.index < len(nodes) {
+		if pu.index < matched {
 			// A new block's BlockStored said where its units are.
 			c.emitMove(pu.u, Dropped, t)
 		}
 	}
 	c.statsUnchanged = false
-	return plan.blocks, nil
+	return nodes, plan.blocks, nil
 }
 
 // HeldBlocks returns how many of the first full blocks of req's prompt the
@@ -245,10 +282,14 @@ type adoptedUnit struct {
 // blocks) of a prompt that matches nodes, those before lo being held whole
 // already: the dropped units of known blocks that nothing uses, then every
 // unit of the blocks past the match, as long as the tier can take them
-// whole.
+// whole. The units are in a scratch buffer, valid until the next call.
 func (c *Cache) planAdoption(nodes []*radix.Node[int32], lo, blocks int, t Tier) adoption {
 	g := c.geom
-	room := make([]int, len(g.pools))
+	room := c.scratch.room[:0]
+	for range g.pools {
+		room = append(room, 0)
+	}
+	c.scratch.room = room
 	for p := range g.pools {
 		a := c.tiers.arena(t, p)
 		room[p] = len(a.free)
@@ -256,7 +297,8 @@ func (c *Cache) planAdoption(nodes []*radix.Node[int32], lo, blocks int, t Tier)
 			room[p] = a.available()
 		}
 	}
-	plan := adoption{blocks: lo}
+	plan := adoption{blocks: lo, units: c.scratch.adopted[:0]}
+	defer func() { c.scratch.adopted = plan.units[:0] }()
 	for i := lo; i < blocks; i++ {
 		start := len(plan.units)
 		if i < len(nodes) {

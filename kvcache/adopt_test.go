@@ -308,3 +308,47 @@ func TestAdoptDoesNotEvictItsOwnPrefix(t *testing.T) {
 	t.Logf("Adopt returned %d; blocks whole from the first: %d; tier 3 drops %d", n, whole, c.Stats().Tier(3).Drops)
 	require.Equal(t, n, whole, "Adopt said the cache holds %d blocks whole from the first", n)
 }
+
+// TestLongAdoptGoesOnFromItsPrefix: the steps of a long Adopt extend the
+// prefix the step before found (adoptMatch) while its last node is in the
+// tree, and match from the first block when it is gone; either way the
+// nodes are those a match from the first block gives. A long Adopt run in
+// steps of one block places every block.
+func TestLongAdoptGoesOnFromItsPrefix(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil) // 2 units per block, 4 tokens
+	c, err := New(Config{Layout: l, Tiers: threeTiers(16, 16, 64)})
+	require.NoError(t, err)
+	c.sliceUnits = 8 // a place budget of 1 unit: one block per step
+	req := Request{Tokens: seqTokens(32, 100), Extra: []radix.ExtraKey{{Pos: 9, Value: 7}}}
+	n, err := c.Adopt(req, 8, 3)
+	require.NoError(t, err)
+	require.Equal(t, 8, n)
+	require.NoError(t, c.checkInvariants())
+
+	keys := radix.Keys{}
+	c.mu.Lock()
+	_, all, err := c.match(&req)
+	require.NoError(t, err)
+	all = slices.Clone(all)
+	require.Len(t, all, 8)
+	known := slices.Clone(all[:3])
+	got, err := c.adoptMatch(&req, keys, 8, known)
+	require.NoError(t, err)
+	require.Equal(t, all, got, "extended from the known prefix")
+	got, err = c.adoptMatch(&req, keys, 5, slices.Clone(all[:3]))
+	require.NoError(t, err)
+	require.Equal(t, all[:5], got, "up to hi blocks")
+	c.mu.Unlock()
+
+	// The known prefix leaves the tree: the next step matches again.
+	require.NoError(t, c.Clear())
+	c.mu.Lock()
+	got, err = c.adoptMatch(&req, keys, 8, slices.Clone(all[:3]))
+	c.mu.Unlock()
+	require.NoError(t, err)
+	require.Empty(t, got, "the stale prefix is not trusted")
+	n, err = c.Adopt(req, 8, 3)
+	require.NoError(t, err)
+	require.Equal(t, 8, n)
+	require.NoError(t, c.checkInvariants())
+}

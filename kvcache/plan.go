@@ -84,6 +84,9 @@ type scratch struct {
 	hashes []uint64
 	pools  []bool
 	copies []int
+	// adopted and room are planAdoption's buffers.
+	adopted []adoptedUnit
+	room    []int
 	// declared holds the sequences whose waiting commits are retried.
 	declared []*sequence
 }

@@ -100,6 +100,12 @@ func (t *Tree[P]) All() iter.Seq[*Node[P]] {
 	}
 }
 
+// Owns reports whether n is a live node of this tree (not removed, not
+// another tree's). A node's ancestors are live while it is: a caller that
+// kept the nodes of a matched prefix may check only the last one before
+// extending the match from it (InsertChild, Child).
+func (t *Tree[P]) Owns(n *Node[P]) bool { return t.owns(n) }
+
 // owns reports whether n is a live node of this tree. The hash index is the
 // membership record, so this costs one map probe and no per-node tree
 // pointer.

@@ -389,3 +389,17 @@ func TestChild(t *testing.T) {
 	_, err = tr.Child(nodes[0], k, []uint32{3}, nil)
 	require.ErrorIs(t, err, ErrInvalidBlock)
 }
+
+func TestOwns(t *testing.T) {
+	tr, other := mustTree(t, 4), mustTree(t, 4)
+	nodes, _, err := tr.Insert(nil, Keys{}, seq(12, func(i int) uint32 { return uint32(i) }), nil)
+	require.NoError(t, err)
+	require.True(t, tr.Owns(nodes[0]))
+	require.True(t, tr.Owns(nodes[2]))
+	require.Len(t, nodes, 3)
+	require.False(t, other.Owns(nodes[2]), "another tree's node")
+	require.False(t, tr.Owns(nil))
+	require.NoError(t, tr.Remove(nodes[2]))
+	require.False(t, tr.Owns(nodes[2]), "a removed node")
+	require.True(t, tr.Owns(nodes[1]))
+}
