@@ -298,7 +298,6 @@ func (c *Cache) planAdoption(nodes []*radix.Node[int32], lo, blocks int, t Tier)
 		}
 	}
 	plan := adoption{blocks: lo, units: c.scratch.adopted[:0]}
-	defer func() { c.scratch.adopted = plan.units[:0] }()
 	for i := lo; i < blocks; i++ {
 		start := len(plan.units)
 		if i < len(nodes) {
@@ -335,6 +334,7 @@ func (c *Cache) planAdoption(nodes []*radix.Node[int32], lo, blocks int, t Tier)
 		}
 		plan.blocks++
 	}
+	c.scratch.adopted = plan.units[:0]
 	return plan
 }
 

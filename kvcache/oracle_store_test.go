@@ -2,8 +2,6 @@ package kvcache_test
 
 import (
 	"context"
-	"errors"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
@@ -27,11 +25,7 @@ const oracleHashSeed = 0x6f7261636c65
 // otherwise blocks reach it only as victims that the CPU moves down.
 func newStoreOracle(t testing.TB, cfg oracleConfig, store tierstore.Store, shared int, writeThrough bool) (*oracleServer, func()) {
 	t.Helper()
-	m, lm := oracleModel(cfg.windows, cfg.cla, cfg.mla)
-	lay, err := layout.New(lm, cfg.kind, oracleBlock)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, lay := oracleLayout(t, cfg)
 	units := int64(lay.UnitsPerBlock())
 	tiers := []kvcache.TierConfig{
 		{Capacity: kvcache.Capacity{Units: int64(cfg.gpu) * units}, Policy: cfg.policy()},
@@ -113,11 +107,7 @@ func TestModelOracleSharedStore(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, lm := oracleModel(tc.cfg.windows, tc.cfg.cla, tc.cfg.mla)
-			lay, err := layout.New(lm, tc.cfg.kind, oracleBlock)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, lay := oracleLayout(t, tc.cfg)
 			mem := tierstore.NewMemStore(tierstore.Fingerprint("oracle", lay, oracleHashSeed))
 			var store tierstore.Store = mem
 			if tc.lossy {
@@ -129,23 +119,12 @@ func TestModelOracleSharedStore(t *testing.T) {
 				defer done()
 				servers[i] = s
 			}
-			w := newOracleWorkload(1)
-			rng := rand.New(rand.NewPCG(1, 7))
-			served := 0
+			r := newOracleRun(t, 1)
 			for i := range n {
-				req := w.next()
-				out, err := servers[i%2].serve(req, rng)
-				switch {
-				case errors.Is(err, errSkipped):
-				case err != nil:
-					t.Fatalf("request %d on server %d (%d prompt tokens, %+v): %v", i, i%2, len(req.prompt), summary(req), err)
-				default:
-					served++
-					w.remember(out)
-				}
+				r.serve(servers[i%2], 1) // request i on server i%2
 			}
-			if served < n/2 {
-				t.Fatalf("only %d of %d requests served", served, n)
+			if r.served < n/2 {
+				t.Fatalf("only %d of %d requests served", r.served, n)
 			}
 			var lost, adopted, loaded uint64
 			for i, s := range servers {
@@ -175,11 +154,7 @@ func TestModelOracleSharedStore(t *testing.T) {
 func TestModelOracleWarmRestart(t *testing.T) {
 	n := max(oracleRequests(t), 32)
 	cfg := oracleConfig{kind: layout.PagedLayer, windows: []int{0, 20, 0, 12}, policy: kvcache.LRUPolicy, gpu: 24, cpu: 12}
-	_, lm := oracleModel(cfg.windows, cfg.cla, cfg.mla)
-	lay, err := layout.New(lm, cfg.kind, oracleBlock)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, lay := oracleLayout(t, cfg)
 	dir := t.TempDir()
 	open := func() *diskstore.Store {
 		st, err := diskstore.Open(diskstore.Options{Dir: dir, Fingerprint: tierstore.Fingerprint("oracle", lay, oracleHashSeed), MaxBytes: 64 << 20})
@@ -188,36 +163,23 @@ func TestModelOracleWarmRestart(t *testing.T) {
 		}
 		return st
 	}
-	w := newOracleWorkload(3)
-	rng := rand.New(rand.NewPCG(3, 7))
-	served := 0
-	run := func(s *oracleServer, from, to int) {
-		for i := from; i < to; i++ {
-			req := w.next()
-			out, err := s.serve(req, rng)
-			switch {
-			case errors.Is(err, errSkipped):
-			case err != nil:
-				t.Fatalf("request %d (%d prompt tokens, %+v): %v", i, len(req.prompt), summary(req), err)
-			default:
-				served++
-				w.remember(out)
-			}
-		}
-	}
+	r := newOracleRun(t, 3)
 
 	store := open()
 	first, done := newStoreOracle(t, cfg, store, 400, true)
-	run(first, 0, n/2)
+	r.serve(first, n/2)
 	// The first server stops once its writes reached the disk.
 	for k := 0; first.c.Stats().Transfers > 0; k++ {
-		if k > 30000 {
+		if k > 10000 {
 			t.Fatal("transfers never drain")
+		}
+		select {
+		case <-first.c.Completed():
+		case <-time.After(10 * time.Millisecond):
 		}
 		if _, err := first.c.Poll(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Millisecond)
 	}
 	written := first.c.Stats().Tier(3).BackupsWritten
 	done()
@@ -229,9 +191,9 @@ func TestModelOracleWarmRestart(t *testing.T) {
 	defer store.Close()
 	second, done := newStoreOracle(t, cfg, store, 400, true)
 	defer done()
-	run(second, n/2, n)
-	if served < n/2 {
-		t.Fatalf("only %d of %d requests served", served, n)
+	r.serve(second, n-n/2)
+	if r.served < n/2 {
+		t.Fatalf("only %d of %d requests served", r.served, n)
 	}
 	st := second.c.Stats().Tier(3)
 	if written == 0 || st.Adopted == 0 || st.Hits == 0 {

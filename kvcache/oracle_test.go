@@ -104,15 +104,22 @@ func oracleModel(windows []int, cla, mla int) (*tinyModel, layout.Model) {
 	return m, lm
 }
 
-// newOracle builds the cache of cfg with its memory and the server over it.
-// The returned function closes the engine, if any.
-func newOracle(t testing.TB, cfg oracleConfig, seed uint64, mover func(*kvcache.MemoryStore) kvcache.Mover) (*oracleServer, func()) {
+// oracleLayout returns the model of cfg and its layout.
+func oracleLayout(t testing.TB, cfg oracleConfig) (*tinyModel, *layout.Layout) {
 	t.Helper()
 	m, lm := oracleModel(cfg.windows, cfg.cla, cfg.mla)
 	lay, err := layout.New(lm, cfg.kind, oracleBlock)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return m, lay
+}
+
+// newOracle builds the cache of cfg with its memory and the server over it.
+// The returned function closes the engine, if any.
+func newOracle(t testing.TB, cfg oracleConfig, seed uint64, mover func(*kvcache.MemoryStore) kvcache.Mover) (*oracleServer, func()) {
+	t.Helper()
+	m, lay := oracleLayout(t, cfg)
 	units := int64(lay.UnitsPerBlock())
 	tiers := kvcache.GPUAndCPU(kvcache.Capacity{Units: int64(cfg.gpu) * units}, kvcache.Capacity{Units: int64(cfg.cpu) * units})
 	for i := range tiers {
@@ -267,22 +274,42 @@ func oracleRequests(t testing.TB) int {
 // request whose outputs differ from the no-cache run.
 func runOracle(t *testing.T, s *oracleServer, seed uint64, n int) (served, skipped int) {
 	t.Helper()
-	w := newOracleWorkload(seed)
-	rng := rand.New(rand.NewPCG(seed, 7))
-	for i := range n {
-		req := w.next()
-		out, err := s.serve(req, rng)
+	r := newOracleRun(t, seed)
+	r.serve(s, n)
+	return r.served, r.skipped
+}
+
+// oracleRun is the workload of one seed, served a few requests at a time by
+// whichever server the test names.
+type oracleRun struct {
+	t                     *testing.T
+	w                     *oracleWorkload
+	rng                   *rand.Rand
+	next, served, skipped int
+}
+
+func newOracleRun(t *testing.T, seed uint64) *oracleRun {
+	return &oracleRun{t: t, w: newOracleWorkload(seed), rng: rand.New(rand.NewPCG(seed, 7))}
+}
+
+// serve serves the workload's next k requests on s and fails the test at
+// the first whose outputs differ from the no-cache run.
+func (r *oracleRun) serve(s *oracleServer, k int) {
+	r.t.Helper()
+	for range k {
+		req := r.w.next()
+		out, err := s.serve(req, r.rng)
 		switch {
 		case errors.Is(err, errSkipped):
-			skipped++
+			r.skipped++
 		case err != nil:
-			t.Fatalf("request %d (%d prompt tokens, %+v): %v", i, len(req.prompt), summary(req), err)
+			r.t.Fatalf("request %d (%d prompt tokens, %+v): %v", r.next, len(req.prompt), summary(req), err)
 		default:
-			served++
-			w.remember(out)
+			r.served++
+			r.w.remember(out)
 		}
+		r.next++
 	}
-	return served, skipped
 }
 
 func summary(r oracleReq) string {

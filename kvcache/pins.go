@@ -3,8 +3,9 @@ package kvcache
 // pinSpan is what a sequence pins through its blocks: in pool p, the units
 // of blocks[lo[p]:]. A dense sequence's lo is the first block inside the
 // pool's window as seen from the first token it writes next, or after a
-// Truncate from the last token it keeps (0 without a window); a sparse sequence's is the block of that token, so it pins only
-// the blocks its last Append wrote. A nil lo is all zeros (a sequence that
+// Truncate from the last token it keeps (0 without a window); a sparse
+// sequence's is the block of that token, so it pins only the blocks its
+// last Append wrote. A nil lo is all zeros (a sequence that
 // pins nothing yet has no blocks).
 type pinSpan struct {
 	blocks []int32

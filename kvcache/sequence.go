@@ -155,9 +155,7 @@ type sequence struct {
 	// rewrite holds the units whose loads failed that it must write
 	// (recompute) and declare written; declaredUpTo is the largest Commit
 	// (or implicit commit) it made, kept while a block it covers is still
-	// in flight, and cut back to the first token the server must write
-	// again when a Truncate or SparseAccess gives a block it covers a
-	// fresh slot.
+	// in flight (see undeclare).
 	waits        []transferID
 	failed       []UnitID
 	rewrite      []UnitID
@@ -242,3 +240,12 @@ func (c *Cache) register(s *sequence) {
 	c.nextSeq++
 	c.seqs[s.id] = s
 }
+
+// undeclare takes back the writes s declared from token from on: a unit of
+// a private block there got a fresh slot that the server writes only now
+// (a Truncate or a SparseAccess restored a unit that had lost its slot).
+// A commit that waits for a transfer then stops before that block, and the
+// server's next Commit or Append declares the block again once written;
+// otherwise the waiting commit, retried when the transfer ends, would
+// share the unwritten slot as the block's bytes.
+func (s *sequence) undeclare(from int) { s.declaredUpTo = min(s.declaredUpTo, from) }

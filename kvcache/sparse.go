@@ -232,10 +232,7 @@ func (c *Cache) fillSparse(s *sequence, keys []UnitID, res *SparseResult, keep b
 			s.restored = append(s.restored, n.u)
 		}
 		if from == Dropped && c.units.rec(n.u).node == nil {
-			// A commit that waits for a transfer covers only what the
-			// server wrote: this private block waits for its next
-			// declaration (as after a Truncate).
-			s.declaredUpTo = min(s.declaredUpTo, b*B)
+			s.undeclare(b * B)
 		}
 		res.BytesRead += ub
 		res.Units = append(res.Units, SparseUnit{Block: b, KVHead: int(g.sliceHead[sl]), Slice: sl, Pool: p, Slot: n.slot, From: from})

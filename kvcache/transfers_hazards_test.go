@@ -344,27 +344,7 @@ func TestAsyncTruncateTakesBackADeclaredCommit(t *testing.T) {
 
 	// New prompts fill the GPU until the cached block's windowed unit is
 	// moving down to the CPU; that transfer is held.
-	held := map[int]bool{}
-	for k := range 16 {
-		first := len(e.jobs)
-		f := seqTokens(4, uint32(1000+100*k))
-		fp, err := c.Acquire(Request{Tokens: f})
-		require.NoError(t, err)
-		c.mu.Lock()
-		storing := c.units.of(cached).storing()
-		c.mu.Unlock()
-		if storing {
-			for i := first; i < len(e.jobs); i++ {
-				held[i] = true
-			}
-			break
-		}
-		e.drain(t, c, none)
-		writeBlocks(t, c, store, fp.Seq, f, 0, 1)
-		finish(t, c, fp.Seq)
-		e.drain(t, c, none)
-	}
-	require.NotEmpty(t, held, "setup: the cached block's windowed unit never moved down")
+	held := holdMoveDown(t, c, store, e, cached)
 
 	// A's server wrote tokens 0..8 and appends 8..12: the implicit commit
 	// of blocks 0 and 1 waits for the move down (block 0 equals the
@@ -373,34 +353,15 @@ func TestAsyncTruncateTakesBackADeclaredCommit(t *testing.T) {
 	_, err = c.Append(a.Seq, more[8:]...)
 	require.NoError(t, err)
 	e.drain(t, c, held)
-	// Speculation rejected: back to 5 tokens. The window of token 5
-	// covers blocks 0 and 1 again; A's units there were dropped, so the
-	// server recomputes from token 0.
 	// A's block 0, private and out of its window, is unpinned: new
 	// prompts take its slot.
 	c.mu.Lock()
 	mine := c.units.id(c.seqs[a.Seq].blocks[0], 0)
 	c.mu.Unlock()
-	dropped := false
-	for k := range 16 {
-		f := seqTokens(4, uint32(5000+100*k))
-		fp, err := c.Acquire(Request{Tokens: f})
-		require.NoError(t, err)
-		e.drain(t, c, held)
-		writeBlocks(t, c, store, fp.Seq, f, 0, 1)
-		finish(t, c, fp.Seq)
-		e.drain(t, c, held)
-		c.mu.Lock()
-		dropped = c.units.of(mine).tier != GPU
-		c.mu.Unlock()
-		if dropped {
-			break
-		}
-	}
-	require.True(t, dropped, "setup: A's unpinned private unit kept its slot")
-	c.mu.Lock()
-	require.True(t, c.units.of(cached).storing(), "setup: the move down is held")
-	c.mu.Unlock()
+	pushOut(t, c, store, e, held, mine, cached)
+	// Speculation rejected: back to 5 tokens. The window of token 5
+	// covers blocks 0 and 1 again; A's units there were dropped, so the
+	// server recomputes from token 0.
 	tp, err := c.Truncate(a.Seq, 7)
 	require.NoError(t, err)
 	require.Equal(t, 0, tp.Compute[0].Start, "Truncate plans %+v", tp)
@@ -408,15 +369,7 @@ func TestAsyncTruncateTakesBackADeclaredCommit(t *testing.T) {
 
 	// The move down ends; the waiting commit runs.
 	e.drain(t, c, none)
-	c.mu.Lock()
-	st := *c.units.of(cached)
-	c.mu.Unlock()
-	if st.tier == GPU {
-		buf := store.Bytes(GPU, c.SlicePool(0), st.slot)
-		for o := range buf {
-			require.Equal(t, pattern(prompt[0], 0, o), buf[o], "the cached block 0 on GPU slot %d, byte %d, before A's server recomputed it", st.slot, o)
-		}
-	}
+	requireCachedBytes(t, c, store, cached, prompt[0], "before A's server recomputed it")
 	require.NoError(t, c.checkInvariants())
 
 	// The server recomputes what the Truncate asked and commits: the
@@ -474,27 +427,7 @@ func TestAsyncSparseRestoreTakesBackADeclaredCommit(t *testing.T) {
 	finish(t, c, p.Seq)
 	e.drain(t, c, none)
 
-	held := map[int]bool{}
-	for k := range 32 {
-		first := len(e.jobs)
-		f := seqTokens(4, uint32(1000+100*k))
-		fp, err := c.Acquire(Request{Tokens: f})
-		require.NoError(t, err)
-		c.mu.Lock()
-		storing := c.units.of(cached).storing()
-		c.mu.Unlock()
-		if storing {
-			for i := first; i < len(e.jobs); i++ {
-				held[i] = true
-			}
-			break
-		}
-		e.drain(t, c, none)
-		writeBlocks(t, c, store, fp.Seq, f, 0, 1)
-		finish(t, c, fp.Seq)
-		e.drain(t, c, none)
-	}
-	require.NotEmpty(t, held, "setup: the cached block's unit never moved down")
+	held := holdMoveDown(t, c, store, e, cached)
 
 	// A appends a token: its commit of blocks 0 and 1 waits for the move
 	// down.
@@ -506,26 +439,7 @@ func TestAsyncSparseRestoreTakesBackADeclaredCommit(t *testing.T) {
 	c.mu.Unlock()
 	require.True(t, waits, "setup: A's commit does not wait")
 	// New prompts take the slot of A's block 0, which A does not pin.
-	dropped := false
-	for k := range 32 {
-		f := seqTokens(4, uint32(5000+100*k))
-		fp, err := c.Acquire(Request{Tokens: f})
-		require.NoError(t, err)
-		e.drain(t, c, held)
-		writeBlocks(t, c, store, fp.Seq, f, 0, 1)
-		finish(t, c, fp.Seq)
-		e.drain(t, c, held)
-		c.mu.Lock()
-		dropped = c.units.of(mine).tier != GPU
-		c.mu.Unlock()
-		if dropped {
-			break
-		}
-	}
-	require.True(t, dropped, "setup: A's unpinned private unit kept its slot")
-	c.mu.Lock()
-	require.True(t, c.units.of(cached).storing(), "setup: the move down is held")
-	c.mu.Unlock()
+	pushOut(t, c, store, e, held, mine, cached)
 
 	// Layer 0 reads block 0: A's unit there is restored into a fresh slot.
 	var res SparseResult
@@ -538,14 +452,77 @@ func TestAsyncSparseRestoreTakesBackADeclaredCommit(t *testing.T) {
 
 	// The move down ends before the layer's kernel ran.
 	e.drain(t, c, none)
-	c.mu.Lock()
-	st := *c.units.of(cached)
-	c.mu.Unlock()
-	if st.tier == GPU {
-		buf := store.Bytes(GPU, c.SlicePool(0), st.slot)
-		for o := range buf {
-			require.Equal(t, pattern(prompt[0], 0, o), buf[o], "the cached block 0 on GPU slot %d, byte %d, before A's server restored it", st.slot, o)
+	requireCachedBytes(t, c, store, cached, prompt[0], "before A's server restored it")
+	require.NoError(t, c.checkInvariants())
+}
+
+// holdMoveDown serves new 4-token prompts, completing their transfers,
+// until one of them moves cached unit u down to the CPU, and returns the
+// engine jobs of that prompt's Acquire, which the test holds.
+func holdMoveDown(t *testing.T, c *Cache, store *MemoryStore, e *revEngine, u UnitID) map[int]bool {
+	t.Helper()
+	none := map[int]bool{}
+	for k := range 32 {
+		first := len(e.jobs)
+		f := seqTokens(4, uint32(1000+100*k))
+		fp, err := c.Acquire(Request{Tokens: f})
+		require.NoError(t, err)
+		c.mu.Lock()
+		storing := c.units.of(u).storing()
+		c.mu.Unlock()
+		if storing {
+			held := map[int]bool{}
+			for i := first; i < len(e.jobs); i++ {
+				held[i] = true
+			}
+			return held
+		}
+		e.drain(t, c, none)
+		writeBlocks(t, c, store, fp.Seq, f, 0, 1)
+		finish(t, c, fp.Seq)
+		e.drain(t, c, none)
+	}
+	t.Fatal("setup: the cached unit never moved down")
+	return nil
+}
+
+// pushOut serves new 4-token prompts, completing every transfer but held,
+// until unpinned unit u has lost its GPU slot, while cached's move down
+// stays held.
+func pushOut(t *testing.T, c *Cache, store *MemoryStore, e *revEngine, held map[int]bool, u, cached UnitID) {
+	t.Helper()
+	for k := range 32 {
+		f := seqTokens(4, uint32(5000+100*k))
+		fp, err := c.Acquire(Request{Tokens: f})
+		require.NoError(t, err)
+		e.drain(t, c, held)
+		writeBlocks(t, c, store, fp.Seq, f, 0, 1)
+		finish(t, c, fp.Seq)
+		e.drain(t, c, held)
+		c.mu.Lock()
+		gone, storing := c.units.of(u).tier != GPU, c.units.of(cached).storing()
+		c.mu.Unlock()
+		if gone {
+			require.True(t, storing, "setup: the move down is held")
+			return
 		}
 	}
-	require.NoError(t, c.checkInvariants())
+	t.Fatal("setup: the unpinned private unit kept its slot")
+}
+
+// requireCachedBytes checks that cached unit u (slice 0 of its block),
+// when on the GPU, holds the bytes of the block whose first token is
+// first.
+func requireCachedBytes(t *testing.T, c *Cache, store *MemoryStore, u UnitID, first uint32, when string) {
+	t.Helper()
+	c.mu.Lock()
+	st := *c.units.of(u)
+	c.mu.Unlock()
+	if st.tier != GPU {
+		return
+	}
+	buf := store.Bytes(GPU, c.SlicePool(0), st.slot)
+	for o := range buf {
+		require.Equal(t, pattern(first, 0, o), buf[o], "the cached block on GPU slot %d, byte %d, %s", st.slot, o, when)
+	}
 }

@@ -20,10 +20,10 @@ import "fmt"
 // that needs the last kept token's logits again (speculative decoding has
 // them from its verifying pass; another server may not) reruns that
 // token's forward pass over the K/V the tables give, writing nothing. With
-// a TransferEngine the tables also cover the window of the first token of a partial block being
-// copied on write: if the copy fails, the server recomputes that block from
-// its first token (see Readiness). A committed block one of whose units to pin
-// has no bytes is recomputed whole into a private copy, as Acquire does;
+// a TransferEngine the tables also cover the window of the first token of
+// a partial block being copied on write: if the copy fails, the server
+// recomputes that block from its first token (see Readiness). A committed
+// block one of whose units to pin has no bytes is recomputed whole into a private copy, as Acquire does;
 // the plan's Compute then starts earlier than the new end, and the
 // sequence pins, in every pool, every block that recomputing from there
 // reads or writes (the window of the first recomputed token), so that no
@@ -62,11 +62,7 @@ func (c *Cache) Truncate(id SeqID, n int) (_ Plan, err error) {
 	}
 	c.st.recomputed += int64(plan.RecomputeTokens)
 	c.applyTruncate(s, &cut)
-	// A commit that waits for a transfer covers only what stays written:
-	// a block the server now recomputes (a private unit that lost its
-	// slot and got a fresh one) is committed by the server's next Commit,
-	// once it wrote it.
-	s.declaredUpTo = min(s.declaredUpTo, cut.writeFrom)
+	s.undeclare(cut.writeFrom)
 	return plan, nil
 }
 
