@@ -496,7 +496,7 @@ func (op *longAcquire) tell(c *Cache) func() error {
 		for ; op.told < len(op.hits) && (bud.units == 0 || !bud.spent()); op.told++ {
 			u := op.hits[op.told]
 			if c.units.current(u, c.geom.slices) && c.units.tierOf(u) == GPU {
-				c.tiers.arena(GPU, c.poolOf(u)).policyAccess(u)
+				c.tiers.arena(GPU, c.poolOf(u)).access(u)
 			}
 			bud.units++
 		}

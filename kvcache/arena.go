@@ -2,6 +2,7 @@ package kvcache
 
 import (
 	"github.com/kvtier/kvtier/eviction"
+	"github.com/kvtier/kvtier/internal/chunked"
 )
 
 // arena is the slot memory of one tier in one pool: a fixed number of
@@ -53,6 +54,20 @@ type arena struct {
 	// cache is the owner, poisoned when the policy panics.
 	cache *Cache
 
+	// keyUnits is the number of units one policy key stands for: 1, or
+	// the pool's units per block under Config.BlockKeys (see
+	// blockkeys.go), when the policy's key for a unit is the UnitID of
+	// slice keySlice of its block. groups counts each block's tracked and
+	// pinned units, stuck the tracked units no eviction can take while
+	// another unit of their block is pinned; spare holds the slots the
+	// running operation emptied by evicting a whole block and has not
+	// used yet, and victims is the scratch of evictBlock.
+	keyUnits, keySlice int
+	groups             chunked.Array[groupCount]
+	stuck              int
+	spare              []int32
+	victims            []UnitID
+
 	// counters for Stats
 	hits, misses, evictions, drops, lost uint64
 	// moved counts the units this arena received from the tier above;
@@ -84,14 +99,15 @@ func newArena(c *Cache, tier Tier, pool, slots int, p eviction.Policy[UnitID]) *
 
 func (a *arena) capacity() int { return len(a.owner) }
 
-// evictable is the number of tracked units that are not pinned.
-func (a *arena) evictable() int { return a.tracked - a.pinned }
+// evictable is the number of tracked units an eviction could take: not
+// pinned, and (under block keys) of a block none of whose units is.
+func (a *arena) evictable() int { return a.tracked - a.pinned - a.stuck }
 
 // available is how many slots an operation can still obtain: free ones plus
 // those an eviction could empty, less those promised to long operations
 // (reserved). An operation that holds a reservation adds its own share
 // back (see stage).
-func (a *arena) available() int { return len(a.free) + a.evictable() - a.reserved }
+func (a *arena) available() int { return len(a.free) + len(a.spare) + a.evictable() - a.reserved }
 
 // pop takes a free slot; ok is false when none is free.
 func (a *arena) pop() (int32, bool) {
@@ -120,29 +136,37 @@ func (a *arena) muted() bool { return a.broken != nil || a.replaying }
 // that panics (or has) is no longer asked, and the arena counts u as
 // tracked all the same, so that the accounting stays exact.
 func (a *arena) insert(u UnitID, e eviction.Entry, pinned bool) error {
+	if a.grouped() {
+		return a.groupInsert(u, e, pinned)
+	}
 	if pinned && a.pinnedInserter != nil {
 		if err := a.policyInsertPinned(u, e); err != nil && a.broken == nil {
 			return err
 		}
-		a.tracked++
-		a.pinned++
+		a.track(u, true)
 		return nil
 	}
 	if err := a.policyInsert(u, e); err != nil && a.broken == nil {
 		return err
 	}
-	a.tracked++
 	if pinned {
 		a.policyPin(u)
-		a.pinned++
 	}
+	a.track(u, pinned)
 	return nil
 }
 
-// track counts one more unit as tracked (pinned or not) without telling
-// the policy, which refused it: the cache is poisoned, and its accounting
-// stays exact.
-func (a *arena) track(pinned bool) {
+// track counts one more unit, u, as tracked (pinned or not) without
+// telling the policy, which refused it: the cache is poisoned, and its
+// accounting stays exact.
+func (a *arena) track(u UnitID, pinned bool) {
+	if a.grouped() {
+		dp := int32(0)
+		if pinned {
+			dp = 1
+		}
+		a.change(u, 1, dp)
+	}
 	a.tracked++
 	if pinned {
 		a.pinned++
@@ -150,12 +174,20 @@ func (a *arena) track(pinned bool) {
 }
 
 func (a *arena) pin(u UnitID) {
-	a.policyPin(u)
+	if a.grouped() {
+		a.groupPin(u)
+	} else {
+		a.policyPin(u)
+	}
 	a.pinned++
 }
 
 func (a *arena) unpin(u UnitID) {
-	a.policyUnpin(u)
+	if a.grouped() {
+		a.groupUnpin(u)
+	} else {
+		a.policyUnpin(u)
+	}
 	a.pinned--
 }
 
@@ -179,7 +211,11 @@ func (a *arena) unpinResident(u UnitID, s int32, tell bool) {
 
 // remove stops tracking u; pinned says whether it was pinned.
 func (a *arena) remove(u UnitID, pinned bool) {
-	a.policyRemove(u)
+	if a.grouped() {
+		a.groupRemove(u, pinned)
+	} else {
+		a.policyRemove(u)
+	}
 	a.tracked--
 	if pinned {
 		a.pinned--
@@ -204,4 +240,22 @@ func (a *arena) evict() (UnitID, bool) {
 		a.tracked--
 	}
 	return u, ok
+}
+
+// access reports a hit on u to the policy. Under block keys a block's hit
+// is reported once, on its first unit in the pool (the key's).
+func (a *arena) access(u UnitID) {
+	if a.grouped() && a.cache.units.slice(u) != a.keySlice {
+		return
+	}
+	a.policyAccess(u)
+}
+
+// forget tells a policy that keeps history that u is gone for good (see
+// Cache.forgetRecord); under block keys, once per block.
+func (a *arena) forget(u UnitID) {
+	if a.grouped() && a.cache.units.slice(u) != a.keySlice {
+		return
+	}
+	a.policyForget(u)
 }

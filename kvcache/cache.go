@@ -53,6 +53,8 @@ type Cache struct {
 	mover  Mover
 	engine TransferEngine
 	keyed  KeyedEngine // engine, when it is one
+	// blockKeys is Config.BlockKeys (see blockkeys.go).
+	blockKeys bool
 	// media is, with events on, the tier each unit of each tree block
 	// was last reported on, by block record (see Medium, BlockMoved).
 	media     map[int32][]Tier
@@ -104,6 +106,7 @@ func New(cfg Config) (*Cache, error) {
 		engine:  cfg.Engine,
 		decider: cfg.Decider,
 
+		blockKeys:  cfg.BlockKeys,
 		sliceUnits: defaultSliceUnits,
 	}
 	c.idle.L = &c.mu
@@ -149,6 +152,9 @@ func validateConfig(cfg *Config) error {
 	}
 	if cfg.Mover != nil && cfg.Engine != nil {
 		return fmt.Errorf("%w: both a Mover and an Engine: set one", ErrInvalidConfig)
+	}
+	if cfg.BlockKeys && cfg.Engine != nil {
+		return fmt.Errorf("%w: BlockKeys with an Engine (%T): not supported yet, use a Mover", ErrInvalidConfig, cfg.Engine)
 	}
 	if cfg.EventBuffer < 0 {
 		return fmt.Errorf("%w: EventBuffer %d is negative", ErrInvalidConfig, cfg.EventBuffer)
@@ -223,8 +229,11 @@ func (c *Cache) buildTiers(cfg Config) ([][]int, error) {
 			level.link = costmodel.Link{}
 		}
 		for p := range lp {
-			info := PoolInfo{Tier: t, TierName: name, Pool: p, Slots: slots[p], UnitBytes: lp[p].UnitBytes, Clock: clock,
+			info := PoolInfo{Tier: t, TierName: name, Pool: p, Slots: slots[p], UnitBytes: lp[p].UnitBytes, KeyUnits: 1, Clock: clock,
 				Recompute: c.recompute, keyBits: int(c.units.genShift)}
+			if c.blockKeys {
+				info.KeyUnits = lp[p].UnitsPerBlock
+			}
 			a, err := c.makeArena(info, factory)
 			if err != nil {
 				return nil, err
@@ -249,7 +258,11 @@ func (c *Cache) makeArena(info PoolInfo, f PolicyFactory) (*arena, error) {
 	if n != 0 {
 		return nil, fmt.Errorf("%w: %s policy of pool %d is not empty (%d keys)", ErrInvalidConfig, info.TierName, info.Pool, n)
 	}
-	return newArena(c, info.Tier, info.Pool, info.Slots, p), nil
+	a := newArena(c, info.Tier, info.Pool, info.Slots, p)
+	if info.KeyUnits > 1 {
+		a.keyUnits, a.keySlice = info.KeyUnits, c.geom.pools[info.Pool].slices[0]
+	}
+	return a, nil
 }
 
 // Layout returns the layout the cache was built with.

@@ -156,6 +156,26 @@ type Config struct {
 	// the tiers hold together, and at least 1024; use math.MaxInt for no
 	// bound.
 	MaxBlocks int
+	// BlockKeys makes the policy of each arena whose pool has several
+	// units per block (a per-layer or per-head layout) track one key per
+	// token block instead of one per unit: the UnitID of the block's
+	// first unit in the pool, inserted with an Entry whose Size is the
+	// pool's units per block and whose Layer is 0 (PoolInfo.KeyUnits).
+	// A block's units in a pool then leave a tier together, when none of
+	// them there is pinned, and the policy is told of a block once where
+	// it was told of each unit (a hit once, on the key's unit): a miss
+	// or a decode step costs per block what it cost per unit
+	// (BENCHMARKS.md, "block keys"). Use it when the units of a block
+	// share fate, as they do under dense attention, sliding windows
+	// included (each window is a pool of its own). Leave it off for
+	// sparse access that pins a few units of each block (BSA), where a
+	// block's unselected units could otherwise be evicted on their own,
+	// and for a policy that weighs units by layer. It cannot be set with
+	// an Engine yet (New returns ErrInvalidConfig): a block evicted whole
+	// frees slots that units of other KV layers then take, and their
+	// transfers would have to wait for the victims' moves out of those
+	// slots.
+	BlockKeys bool
 }
 
 // tierName returns the name of the i-th tier (from 0) of cfg.

@@ -61,7 +61,7 @@ func (c *Cache) forgetRecord(b int32) {
 			p := int(c.geom.slicePool[sl])
 			for t := GPU; t <= c.tiers.last(); t++ {
 				if a := c.tiers.arena(t, p); a.forgetter != nil {
-					a.policyForget(base | UnitID(sl))
+					a.forget(base | UnitID(sl))
 				}
 			}
 		}

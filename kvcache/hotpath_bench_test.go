@@ -115,15 +115,27 @@ func BenchmarkAcquireCached(b *testing.B) {
 // per block, all-layers one. Reported: the Acquire alone (the plan:
 // evict, offload, fresh slot) per unit and per block, and the whole
 // iteration per unit.
+//
+// The paged per-layer layout runs with a policy key per unit and, as
+// "paged-layer-blockkeys", with one per block and pool (Config.BlockKeys).
 func BenchmarkAcquireMiss(b *testing.B) {
 	for _, kind := range []layout.Kind{layout.PagedLayer, layout.AllLayers} {
-		for _, below := range []string{"drop", "offload"} {
-			b.Run(kind.String()+"/"+below, func(b *testing.B) { acquireMiss(b, kind, below == "offload") })
+		for _, keys := range []bool{false, true} {
+			if keys && kind == layout.AllLayers {
+				continue // one unit per block: nothing to group
+			}
+			name := kind.String()
+			if keys {
+				name += "-blockkeys"
+			}
+			for _, below := range []string{"drop", "offload"} {
+				b.Run(name+"/"+below, func(b *testing.B) { acquireMiss(b, kind, keys, below == "offload") })
+			}
 		}
 	}
 }
 
-func acquireMiss(b *testing.B, kind layout.Kind, offload bool) {
+func acquireMiss(b *testing.B, kind layout.Kind, blockKeys, offload bool) {
 	const ctx = 32 << 10
 	l, err := layout.New(layout.SeedModel(), kind, 16)
 	if err != nil {
@@ -135,7 +147,7 @@ func acquireMiss(b *testing.B, kind layout.Kind, offload bool) {
 	if offload {
 		tiers = GPUAndCPU(Capacity{Units: units}, Capacity{Units: 4 * units})
 	}
-	c, err := New(Config{Layout: l, Tiers: tiers})
+	c, err := New(Config{Layout: l, Tiers: tiers, BlockKeys: blockKeys})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -181,14 +193,14 @@ type decodeBatch struct {
 }
 
 func newDecodeBatch(b *testing.B, batch, ctx int) *decodeBatch {
-	return newDecodeBatchOf(b, seedPaged(b, 16), batch, ctx)
+	return newDecodeBatchOf(b, seedPaged(b, 16), false, batch, ctx)
 }
 
-func newDecodeBatchOf(b *testing.B, l *layout.Layout, batch, ctx int) *decodeBatch {
+func newDecodeBatchOf(b *testing.B, l *layout.Layout, blockKeys bool, batch, ctx int) *decodeBatch {
 	u := int64(l.UnitsPerBlock())
 	// The shared prefix, then per sequence a private last block and room
 	// for 512 decode tokens (32 blocks).
-	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: u * int64(ctx/16+batch*(1+33))}, Capacity{})})
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: u * int64(ctx/16+batch*(1+33))}, Capacity{}), BlockKeys: blockKeys})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -233,25 +245,36 @@ func newDecodeBatchOf(b *testing.B, l *layout.Layout, batch, ctx int) *decodeBat
 // sequences are truncated back (timer stopped). One iteration is one step.
 // The seed model's paged per-layer layout has 28 units per block (one per
 // layer); the all-layers layout one, as vLLM's and TensorRT-LLM's blocks.
+//
+// "blockkeys/" runs the paged layout with one policy key per block and pool
+// (Config.BlockKeys).
 func BenchmarkDecodeStep(b *testing.B) {
 	const batch, ctx, period = 256, 32 << 10, 512
 	for _, kind := range []layout.Kind{layout.PagedLayer, layout.AllLayers} {
-		for _, tables := range []string{"append", "per-slice", "batched"} {
-			name := tables
-			if kind == layout.AllLayers {
-				name = "all-layers/" + tables
+		for _, keys := range []bool{false, true} {
+			if keys && kind == layout.AllLayers {
+				continue
 			}
-			b.Run(name, func(b *testing.B) { decodeSteps(b, kind, tables, batch, ctx, period) })
+			for _, tables := range []string{"append", "per-slice", "batched"} {
+				name := tables
+				switch {
+				case kind == layout.AllLayers:
+					name = "all-layers/" + tables
+				case keys:
+					name = "blockkeys/" + tables
+				}
+				b.Run(name, func(b *testing.B) { decodeSteps(b, kind, keys, tables, batch, ctx, period) })
+			}
 		}
 	}
 }
 
-func decodeSteps(b *testing.B, kind layout.Kind, tables string, batch, ctx, period int) {
+func decodeSteps(b *testing.B, kind layout.Kind, blockKeys bool, tables string, batch, ctx, period int) {
 	l, err := layout.New(layout.SeedModel(), kind, 16)
 	if err != nil {
 		b.Fatal(err)
 	}
-	d := newDecodeBatchOf(b, l, batch, ctx)
+	d := newDecodeBatchOf(b, l, blockKeys, batch, ctx)
 	c := d.c
 	var dst []int32
 	var st StepTables

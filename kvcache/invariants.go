@@ -146,6 +146,28 @@ func (c *Cache) accounting(policies bool) error {
 	type count struct{ used, pinned int }
 	tiers := c.tiers.last()
 	counts := make([][MaxTiers + 1]count, len(c.geom.pools)) // [pool][tier]
+	// groups counts, per arena with block keys, each block's units there
+	// (see blockkeys.go).
+	groups := map[*arena]map[int32]groupCount{}
+	tally := func(p int, t Tier, u UnitID, pinned bool) {
+		counts[p][t].used++
+		if pinned {
+			counts[p][t].pinned++
+		}
+		if a := c.tiers.arena(t, p); a.grouped() {
+			m := groups[a]
+			if m == nil {
+				m = map[int32]groupCount{}
+				groups[a] = m
+			}
+			g := m[c.units.block(u)]
+			g.tracked++
+			if pinned {
+				g.pinned++
+			}
+			m[c.units.block(u)] = g
+		}
+	}
 	live := 0
 	backups := make([]int, len(c.geom.pools))
 	for b := range c.units.records() {
@@ -198,11 +220,8 @@ func (c *Cache) accounting(policies bool) error {
 				if bs := st.backup - 1; ba.owner[bs] != u {
 					return fmt.Errorf("unit %d: backup in slot %d, owned by %d", u, bs, ba.owner[bs])
 				}
-				counts[p][c.wt.tier].used++
+				tally(p, c.wt.tier, u, st.flags&unitBacking != 0)
 				backups[p]++
-				if st.flags&unitBacking != 0 {
-					counts[p][c.wt.tier].pinned++
-				}
 			} else if st.flags&unitBacking != 0 {
 				return fmt.Errorf("unit %d: backing without a backup", u)
 			}
@@ -230,12 +249,9 @@ func (c *Cache) accounting(policies bool) error {
 				if s < 0 || int(s) >= a.capacity() || a.owner[s] != u {
 					return fmt.Errorf("unit %d on %s slot %d, owner there %d", u, t, s, a.owner[s])
 				}
-				counts[p][t].used++
-				if st.pins > 0 || st.busy > 0 || st.flags&unitUnwritten != 0 || st.flags&unitClaimed != 0 {
-					// Pinned in its policy: by a sequence, a transfer,
-					// for want of bytes, or by a long Acquire's claim.
-					counts[p][t].pinned++
-				}
+				// Pinned in its policy: by a sequence, a transfer, for
+				// want of bytes, or by a long Acquire's claim.
+				tally(p, t, u, st.pins > 0 || st.busy > 0 || st.flags&unitUnwritten != 0 || st.flags&unitClaimed != 0)
 			}
 		}
 		if held != r.held {
@@ -280,8 +296,7 @@ func (c *Cache) accounting(policies bool) error {
 			if a := c.tiers.arena(m.from, c.poolOf(m.u)); a.owner[m.slot] != m.u {
 				return fmt.Errorf("transfer %d loads unit %d from %s slot %d, owned by %d", tr.id, m.u, m.from, m.slot, a.owner[m.slot])
 			}
-			counts[c.poolOf(m.u)][m.from].used++
-			counts[c.poolOf(m.u)][m.from].pinned++
+			tally(c.poolOf(m.u), m.from, m.u, true)
 		}
 	}
 	for u, left := range c.xfer.left {
@@ -292,8 +307,7 @@ func (c *Cache) accounting(policies bool) error {
 			if a := c.tiers.arena(l.tier, c.poolOf(u)); a.owner[l.slot] != u {
 				return fmt.Errorf("unit %d left %s slot %d, owned by %d", u, l.tier, l.slot, a.owner[l.slot])
 			}
-			counts[c.poolOf(u)][l.tier].used++
-			counts[c.poolOf(u)][l.tier].pinned++
+			tally(c.poolOf(u), l.tier, u, true)
 		}
 	}
 	if c.tree.Len() > c.meta.maxBlocks && c.meta.head != noBlock && c.subtreeSettled(c.units.blk(c.meta.head).node) {
@@ -329,6 +343,9 @@ func (c *Cache) accounting(policies bool) error {
 			if err := a.check(counts[p][t].used, counts[p][t].pinned, policies); err != nil {
 				return fmt.Errorf("pool %d: %w", p, err)
 			}
+			if err := a.checkGroups(groups[a], policies); err != nil {
+				return fmt.Errorf("pool %d: %w", p, err)
+			}
 		}
 	}
 	return nil
@@ -341,7 +358,7 @@ func (c *Cache) accounting(policies bool) error {
 // its policy tracks every used slot.
 func (a *arena) check(used, pinned int, policies bool) error {
 	n := a.capacity() - len(a.free)
-	if n != used || a.tracked != n || (policies && a.policy.Len() != n) {
+	if n != used || a.tracked != n || (policies && !a.grouped() && a.policy.Len() != n) {
 		return fmt.Errorf("%s: %d slots used, %d units resident, %d tracked, policy has %d",
 			a.tier, n, used, a.tracked, a.policy.Len())
 	}

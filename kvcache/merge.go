@@ -47,7 +47,7 @@ func (c *Cache) mergeBlock(s *sequence, i int, n *radix.Node[int32]) {
 			// x takes the slot all the same, so that slots and pins
 			// stay exact; only the policy does not know it.
 			c.poison(ga, "Insert of unit %d: %w", x, err)
-			ga.track(pins > 0)
+			ga.track(x, pins > 0)
 		}
 		switch t := c.units.tierOf(x); t {
 		case Dropped:

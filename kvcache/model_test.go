@@ -143,6 +143,8 @@ type modelConfig struct {
 	// sliced gives the cache steps of 1 to 6 units (see slices.go), so
 	// that most Acquires and Releases run as long operations.
 	sliced bool
+	// blockKeys is Config.BlockKeys.
+	blockKeys bool
 }
 
 func constFactory(f PolicyFactory) func() PolicyFactory { return func() PolicyFactory { return f } }
@@ -288,7 +290,7 @@ func newHarness(t testing.TB, mc modelConfig, choose func(int) int) *harness {
 		ref: map[SeqID]*refSeq{}, counts: map[string]int{}, clock: &eviction.ManualClock{},
 		routed: map[uint64][]Tier{}, media: map[uint64]Tier{}}
 	cfg := Config{Layout: l, Tiers: mc.tiers(), Mover: h.mover, Recompute: mc.recompute, Decider: mc.decider,
-		Clock: h.clock, MaxBlocks: mc.maxBlocks, Events: func(e Event) {
+		Clock: h.clock, MaxBlocks: mc.maxBlocks, BlockKeys: mc.blockKeys, Events: func(e Event) {
 			h.events = append(h.events, e)
 			h.route(e)
 			// A sink with a bug, now and then, after it recorded the
@@ -1963,6 +1965,54 @@ func TestModelSliced(t *testing.T) {
 	}, func(total map[string]int) {
 		requireMet(t, total, "long acquire failed midway", "recompute", "onboard")
 	})
+}
+
+// TestModelBlockKeys runs the model-based test with Config.BlockKeys in
+// every configuration: with plain operations, in steps of a few units, and
+// with chaos policies. Every check holds as with unit keys (the policies
+// choose other victims, which the checks do not predict), and the
+// invariants check each block's counts against its units.
+func TestModelBlockKeys(t *testing.T) {
+	steps, chaosRuns := modelSize(1500, 800, 400), uint64(modelSize(20, 10, 5))
+	var configs []modelConfig
+	for _, mc := range modelConfigs() {
+		if !blockKeysApply(t, mc) {
+			continue
+		}
+		mc.name, mc.blockKeys = mc.name+"-blockkeys", true
+		configs = append(configs, mc)
+	}
+	runConfigs(t, configs, func(t *testing.T, mc modelConfig) map[string]int {
+		total, _ := runSeeds(t, mc, 700, modelSeeds(t, 2), steps, nil)
+		sliced := mc
+		sliced.sliced = true
+		more, _ := runSeeds(t, sliced, 800, modelSeeds(t, 1), steps/2, nil)
+		chaos := mc
+		chaos.chaos = 300
+		poisoned, breaches := runSeeds(t, chaos, 900, chaosRuns, steps/4, nil)
+		t.Logf("%v; sliced %v; chaos %v, breaches %v", total, more, poisoned, breaches)
+		for _, k := range []string{"acquire", "append", "release", "truncate", "fork"} {
+			require.Positive(t, total[k], "operation %q never ran", k)
+		}
+		require.Positive(t, more["long acquire"], "no Acquire ran in steps")
+		require.Positive(t, poisoned["poisoned"], "no chaos run was poisoned")
+		return total
+	}, func(total map[string]int) {
+		requireMet(t, total, "copy failed", "victim of a partly dropped block dropped", "backups written", "move down below the CPU",
+			"load from below the CPU", "recompute of a block with CPU copies")
+	})
+}
+
+// blockKeysApply reports whether Config.BlockKeys changes anything for mc:
+// whether a pool of its layout has several units per block.
+func blockKeysApply(t *testing.T, mc modelConfig) bool {
+	h := newHarness(t, mc, rand.New(rand.NewPCG(1, 2)).IntN)
+	for _, p := range h.lay.Pools() {
+		if p.UnitsPerBlock > 1 {
+			return true
+		}
+	}
+	return false
 }
 
 // TestModelChaos runs the model-based test with chaos policies: in one call

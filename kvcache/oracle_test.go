@@ -48,6 +48,8 @@ type oracleConfig struct {
 	// recompute is Config.Recompute, and link the CPU tier's link.
 	recompute *costmodel.Recompute
 	link      costmodel.Link
+	// blockKeys is Config.BlockKeys.
+	blockKeys bool
 }
 
 func oracleConfigs() []oracleConfig {
@@ -74,6 +76,10 @@ func oracleConfigs() []oracleConfig {
 		{name: "bsa-mla-windows-async", kind: layout.BSA, mla: 12, windows: win, policy: lru, gpu: 40, cpu: 40, async: true, failPct: 15},
 		{name: "paged-mla-cla-fifo", kind: layout.PagedLayer, mla: 12, cla: 2, policy: fifo, gpu: 40, cpu: 30},
 		{name: "all-layers-windows-async-layerwise", kind: layout.AllLayers, windows: win, policy: lru, gpu: 40, cpu: 30, async: true, layerWise: true, failPct: 15},
+		// One policy key per block and pool (Config.BlockKeys).
+		{name: "paged-lru-blockkeys", kind: layout.PagedLayer, policy: lru, gpu: 40, cpu: 40, blockKeys: true},
+		{name: "paged-windows-s3fifo-blockkeys", kind: layout.PagedLayer, windows: win, policy: s3, gpu: 40, cpu: 30, blockKeys: true},
+		{name: "bsa-mla-cla-fifo-blockkeys", kind: layout.BSA, mla: 12, cla: 2, policy: fifo, gpu: 40, cpu: 30, blockKeys: true},
 	}
 }
 
@@ -132,7 +138,7 @@ func newOracle(t testing.TB, cfg oracleConfig, seed uint64, mover func(*kvcache.
 	if err != nil {
 		t.Fatal(err)
 	}
-	kc := kvcache.Config{Layout: lay, Tiers: tiers, Recompute: cfg.recompute}
+	kc := kvcache.Config{Layout: lay, Tiers: tiers, Recompute: cfg.recompute, BlockKeys: cfg.blockKeys}
 	closeFn := func() {}
 	if cfg.async {
 		var n atomic.Uint64

@@ -140,7 +140,7 @@ func (c *Cache) countLookups() {
 		found := lookupTier(n)
 		if found == GPU {
 			if a := c.tiers.arena(GPU, c.poolOf(n.u)); a.tellHits {
-				a.policyAccess(n.u)
+				a.access(n.u)
 			}
 		}
 		c.countLookup(c.poolOf(n.u), found, 1)

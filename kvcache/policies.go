@@ -20,6 +20,10 @@ type PoolInfo struct {
 	Slots int
 	// UnitBytes is the size of every unit in the arena.
 	UnitBytes int64
+	// KeyUnits is the number of units one key of the policy stands for:
+	// 1, or under Config.BlockKeys the pool's units per block, when each
+	// key is a block's and its Entry's Size is KeyUnits.
+	KeyUnits int
 	// Clock is the cache's clock (Config.Clock), for policies that read
 	// time.
 	Clock eviction.Clock

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/kvtier/kvtier/eviction"
 )
 
 // Every operation that changes the cache runs as one transaction, opened
@@ -136,6 +138,10 @@ type txn struct {
 	temps     []tempPin
 	perPool   []int
 	crossings []UnitID
+	// spared lists the arenas (with block keys) whose spare slots this
+	// transaction filled: freed when it commits, dropped when it rolls
+	// back.
+	spared []*arena
 	// seq is the live sequence the operation changes (Append, Truncate,
 	// SparseAccess, Commit), nil for one it creates: the units the
 	// operation unpins are its (see copyFailed). owner is the sequence the
@@ -182,6 +188,11 @@ func (t *txn) reset() {
 	t.moves = t.moves[:0]
 	t.chains = t.chains[:0]
 	t.submitted = t.submitted[:0]
+	for _, a := range t.spared {
+		// Rolled back: their victims' undo gave the slots back.
+		a.spare = a.spare[:0]
+	}
+	t.spared = t.spared[:0]
 	t.seq, t.owner, t.loading = nil, nil, 0
 	t.reserve, t.taken, t.build = nil, nil, nil
 	t.open = false
@@ -594,9 +605,16 @@ func (c *Cache) copyFailed(err error) error {
 func (c *Cache) takeSlot(t Tier, p int) (slot int32, ok bool, err error) {
 	tx := &c.tx
 	a := c.tiers.arena(t, p)
+	if s, ok := a.takeSpare(); ok {
+		// Emptied by this operation: its victim's undo gives it back.
+		return s, true, nil
+	}
 	if s, ok := a.pop(); ok {
 		tx.log(undoRec{kind: undoSlot, tier: t, pool: int32(p), slot: s, u: noUnit})
 		return s, true, nil
+	}
+	if a.grouped() {
+		return c.evictBlock(a, t, p)
 	}
 	v, ok := a.evict()
 	if !ok {
@@ -605,6 +623,55 @@ func (c *Cache) takeSlot(t Tier, p int) (slot int32, ok bool, err error) {
 		}
 		return 0, false, nil
 	}
+	return c.evictUnit(a, t, p, v)
+}
+
+// evictBlock is takeSlot's eviction in an arena with block keys: the
+// policy's victim block leaves whole, one slot goes to the caller and the
+// others to the arena's spare slots, for the operation's next placements
+// there.
+func (c *Cache) evictBlock(a *arena, t Tier, p int) (slot int32, ok bool, err error) {
+	vs, ok, err := a.evictBlock()
+	if err != nil {
+		return 0, false, err
+	}
+	if !ok {
+		if n := a.evictable(); n > 0 {
+			return 0, false, c.poison(a, "Evict found no victim among %d evictable units", n)
+		}
+		return 0, false, nil
+	}
+	slot = -1
+	for i, v := range vs {
+		s, ok, err := c.evictUnit(a, t, p, v)
+		if err != nil || !ok {
+			// The cache is poisoned (a policy below broke): the
+			// victims not evicted yet are counted as before, so that
+			// the accounting stays exact. (vs is a.victims, which only
+			// this arena's evictions change.)
+			for _, w := range vs[i+1:] {
+				a.track(w, false)
+			}
+			return 0, false, err
+		}
+		switch {
+		case slot < 0:
+			slot = s
+		case len(a.spare) == 0:
+			c.tx.spared = append(c.tx.spared, a)
+			fallthrough
+		default:
+			a.spare = append(a.spare, s)
+		}
+	}
+	return slot, true, nil
+}
+
+// evictUnit evicts victim v, which arena a (tier t, pool p) no longer
+// tracks, and returns its slot. It fails only when v is not a victim the
+// policy could return (the cache is poisoned).
+func (c *Cache) evictUnit(a *arena, t Tier, p int, v UnitID) (slot int32, ok bool, err error) {
+	tx := &c.tx
 	if s, ok := c.isBackupVictim(a, v); ok {
 		// A backup: the unit keeps its bytes on the GPU, the slot is
 		// free.
@@ -615,7 +682,11 @@ func (c *Cache) takeSlot(t Tier, p int) (slot int32, ok bool, err error) {
 		return s, true, nil
 	}
 	if !c.isVictim(a, v) {
-		a.tracked++ // no unit of the arena left
+		if a.grouped() {
+			a.track(v, false) // a unit of the block, counted as before
+		} else {
+			a.tracked++ // no unit of the arena left
+		}
 		return 0, false, c.poison(a, "Evict returned %d, not an evictable unit of the arena", v)
 	}
 	s := c.units.slotOf(v)
@@ -821,9 +892,14 @@ func (c *Cache) markInFlight() {
 // policy that refuses it poisons the cache, and u is counted as tracked all
 // the same: the operation's copies are done, so it stays.
 func (c *Cache) place(a *arena, u UnitID, pinned bool) {
-	if err := a.insert(u, c.entryOf(u), pinned); err != nil {
+	var e eviction.Entry
+	if !a.grouped() || a.group(c.units.block(u)).tracked == 0 {
+		// (Under block keys only a block's first unit makes an entry.)
+		e = c.entryOf(u)
+	}
+	if err := a.insert(u, e, pinned); err != nil {
 		c.poison(a, "Insert of unit %d: %w", u, err)
-		a.track(pinned)
+		a.track(u, pinned)
 	}
 }
 
@@ -946,6 +1022,10 @@ func (c *Cache) commit() {
 			c.tiers.arena(tp.tier, c.poolOf(tp.u)).unpinResident(tp.u, c.units.slotOf(tp.u), !lowerHeld(c.units.of(tp.u)))
 		}
 	}
+	for _, a := range t.spared {
+		a.freeSpare()
+	}
+	t.spared = t.spared[:0]
 	t.undo = t.undo[:0]
 	t.temps = t.temps[:0]
 	t.open, t.executing, t.committing = false, false, false

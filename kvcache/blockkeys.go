@@ -1,0 +1,243 @@
+package kvcache
+
+import (
+	"fmt"
+
+	"github.com/kvtier/kvtier/eviction"
+)
+
+// Block keys (Config.BlockKeys): the policy of an arena whose pool has
+// several units per block tracks one key per block instead of one per unit.
+//
+// Why: under a per-layer layout a block is tens of units (28 for a 28-layer
+// model), and the units of a block in one pool are placed, pinned, released
+// and evicted together on every common path. Paying a policy call, its
+// panic guard and its index lookup per unit made a miss or a decode step
+// cost per unit what the all-layers layout pays per block. With block keys
+// the arena counts per block how many of its units it tracks and how many
+// of those its policy would have pinned, and tells the policy only when a
+// block's count changes between zero and not zero: Insert of a block's
+// first unit, Remove of its last, Pin of its first pinned unit, Unpin of
+// its last. The key is the UnitID of the block's first unit in the pool
+// (keySlice), so the policies and their indexes see ordinary UnitIDs.
+//
+// What changes for eviction: a block's units leave a tier together. A
+// block is evictable only when none of its units there is pinned, so an
+// unpinned unit of a block whose other units are pinned is not evictable
+// (stuck counts them, and capacity checks count them out); eviction takes
+// every unit of the block the arena tracks, and the slots the operation
+// does not need at once wait in spare for its next placements in that
+// arena, and are freed when it commits. Where units of a block really
+// differ (sparse access that pins a few units of a block, a transfer that
+// failed for one layer) the per-unit state is unchanged: only eviction is
+// per block.
+
+// groupCount is what an arena with block keys keeps of one block record:
+// tracked of its units are tracked by the arena, pinned of those are
+// pinned in its policy (as they would be, one by one, with unit keys).
+type groupCount struct {
+	tracked, pinned int32
+}
+
+// stuck is the number of the block's tracked units that are not pinned
+// but cannot be evicted, because another unit of the block is pinned.
+func (g groupCount) stuck() int {
+	if g.pinned == 0 {
+		return 0
+	}
+	return int(g.tracked - g.pinned)
+}
+
+// grouped reports whether the arena's policy tracks one key per block.
+func (a *arena) grouped() bool { return a.keyUnits > 1 }
+
+// group returns the counts of block record b, growing the table to it.
+func (a *arena) group(b int32) *groupCount {
+	for a.groups.Len() <= int(b) {
+		a.groups.Push(groupCount{})
+	}
+	return a.groups.At(int(b))
+}
+
+// keyOf returns the policy key of unit u: the UnitID of its block's first
+// unit in the pool.
+func (a *arena) keyOf(u UnitID) UnitID {
+	t := &a.cache.units
+	return u&^(1<<t.sliceShift-1) | UnitID(a.keySlice)
+}
+
+// groupEntry turns the Entry of a block's unit into the block's: it stands
+// for keyUnits units of no single layer.
+func (a *arena) groupEntry(e eviction.Entry) eviction.Entry {
+	e.Size = int64(a.keyUnits)
+	e.Layer, e.Layers = 0, 0
+	return e
+}
+
+// change applies a change of one unit of u's block to the block's counts:
+// dt units more (or fewer) tracked, dp more (or fewer) pinned. It keeps
+// stuck exact and returns the counts before and after, from which the
+// caller decides what to tell the policy.
+func (a *arena) change(u UnitID, dt, dp int32) (before, after groupCount) {
+	g := a.group(a.cache.units.block(u))
+	before = *g
+	g.tracked += dt
+	g.pinned += dp
+	after = *g
+	a.stuck += after.stuck() - before.stuck()
+	return before, after
+}
+
+// groupInsert is insert under block keys.
+func (a *arena) groupInsert(u UnitID, e eviction.Entry, pinned bool) error {
+	k := a.keyOf(u)
+	g := a.group(a.cache.units.block(u))
+	switch {
+	case g.tracked == 0 && pinned && a.pinnedInserter != nil:
+		if err := a.policyInsertPinned(k, a.groupEntry(e)); err != nil && a.broken == nil {
+			return err
+		}
+	case g.tracked == 0:
+		if err := a.policyInsert(k, a.groupEntry(e)); err != nil && a.broken == nil {
+			return err
+		}
+		if pinned {
+			a.policyPin(k)
+		}
+	case pinned && g.pinned == 0:
+		a.policyPin(k)
+	}
+	a.track(u, pinned)
+	return nil
+}
+
+// groupPin and groupUnpin are a unit's Pin and Unpin under block keys.
+func (a *arena) groupPin(u UnitID) {
+	if before, _ := a.change(u, 0, 1); before.pinned == 0 {
+		a.policyPin(a.keyOf(u))
+	}
+}
+
+func (a *arena) groupUnpin(u UnitID) {
+	if _, after := a.change(u, 0, -1); after.pinned == 0 {
+		a.policyUnpin(a.keyOf(u))
+	}
+}
+
+// groupRemove is remove under block keys.
+func (a *arena) groupRemove(u UnitID, pinned bool) {
+	dp := int32(0)
+	if pinned {
+		dp = -1
+	}
+	before, after := a.change(u, -1, dp)
+	switch {
+	case after.tracked == 0:
+		a.policyRemove(a.keyOf(u))
+	case before.pinned > 0 && after.pinned == 0:
+		a.policyUnpin(a.keyOf(u))
+	}
+}
+
+// evictBlock asks the policy for a victim block and returns the units of
+// it the arena tracks, in slice order, which stop being tracked. ok is false
+// when the policy names no victim; err is the poison error when it names a
+// key that is no evictable block of the arena.
+func (a *arena) evictBlock() (units []UnitID, ok bool, err error) {
+	k, ok := a.policyEvict()
+	if !ok {
+		return nil, false, nil
+	}
+	c := a.cache
+	t := &c.units
+	if !t.current(k, c.geom.slices) || t.slice(k) != a.keySlice {
+		return nil, false, c.poison(a, "Evict returned %d, not the key of a block of the arena", k)
+	}
+	b := t.block(k)
+	g := a.group(b)
+	if g.tracked == 0 || g.pinned > 0 {
+		return nil, false, c.poison(a, "Evict returned block key %d, %d units tracked, %d pinned", k, g.tracked, g.pinned)
+	}
+	units = a.victims[:0]
+	for _, sl := range c.geom.pools[a.pool].slices {
+		u := t.id(b, sl)
+		st := t.of(u)
+		switch {
+		case st.tier == a.tier && st.slot >= 0 && a.owner[st.slot] == u:
+			units = append(units, u)
+		case st.backup > 0 && a.tier == c.wt.tier && a.owner[st.backup-1] == u:
+			units = append(units, u)
+		}
+	}
+	a.victims = units
+	if len(units) != int(g.tracked) {
+		// The counts and the units disagree: a bug of the cache, which
+		// stops rather than evict what it cannot account for.
+		return nil, false, c.poison(a, "block %d counts %d tracked units, %d found", b, g.tracked, len(units))
+	}
+	a.tracked -= int(g.tracked)
+	g.tracked = 0
+	return units, true, nil
+}
+
+// takeSpare returns a slot the running operation emptied in an eviction of
+// a whole block and has not used yet.
+func (a *arena) takeSpare() (int32, bool) {
+	n := len(a.spare)
+	if n == 0 {
+		return 0, false
+	}
+	s := a.spare[n-1]
+	a.spare = a.spare[:n-1]
+	return s, true
+}
+
+// freeSpare frees the slots left in spare when an operation commits: their
+// victims have left.
+func (a *arena) freeSpare() {
+	for _, s := range a.spare {
+		a.push(s)
+	}
+	a.spare = a.spare[:0]
+}
+
+// checkGroups verifies the block counts of an arena with block keys against
+// want, the counts its units give (nil for an arena without them): every
+// block's counts, stuck, and (with policies) one policy key per block with
+// a tracked unit.
+func (a *arena) checkGroups(want map[int32]groupCount, policies bool) error {
+	if !a.grouped() {
+		return nil
+	}
+	keys, stuck := 0, 0
+	var err error
+	a.groups.All(func(i int, g *groupCount) bool {
+		if w := want[int32(i)]; *g != w {
+			err = fmt.Errorf("%s: block %d counts %+v, its units %+v", a.tier, i, *g, w)
+			return false
+		}
+		if g.tracked > 0 {
+			keys++
+		}
+		stuck += g.stuck()
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	for b := range want {
+		if int(b) >= a.groups.Len() {
+			return fmt.Errorf("%s: block %d has tracked units but no counts", a.tier, b)
+		}
+	}
+	if stuck != a.stuck {
+		return fmt.Errorf("%s: %d units stuck counted, %d by the blocks", a.tier, a.stuck, stuck)
+	}
+	if len(a.spare) > 0 {
+		return fmt.Errorf("%s: %d spare slots outside an operation", a.tier, len(a.spare))
+	}
+	if policies && a.policy.Len() != keys {
+		return fmt.Errorf("%s: policy has %d keys, %d blocks tracked", a.tier, a.policy.Len(), keys)
+	}
+	return nil
+}
