@@ -65,7 +65,7 @@ type arena struct {
 	keyUnits, keySlice int
 	groups             chunked.Array[groupCount]
 	stuck              int
-	spare              []int32
+	spare              []spareSlot
 	victims            []UnitID
 
 	// counters for Stats

@@ -180,25 +180,117 @@ func (a *arena) evictBlock() (units []UnitID, ok bool, err error) {
 	return units, true, nil
 }
 
-// takeSpare returns a slot the running operation emptied in an eviction of
-// a whole block and has not used yet.
-func (a *arena) takeSpare() (int32, bool) {
+// spareSlot is a slot an operation emptied by evicting a whole block and
+// has not used yet: the victim that held it, and the copies and moves that
+// took the victim (and the victims its move down made room for) out of it,
+// held back in the transaction's deferred buffers (copies c0..c1, moves
+// m0..m1) until the slot is used.
+//
+// Why held back: a slot's victim must leave it before its next unit is
+// written there, and with an Engine that is guaranteed only within one
+// transfer, whose copies run in order. A block's victims leave together
+// but their slots go to units of other KV layers, whose chains (see
+// transfers.go) make other transfers. So each victim's copies join the
+// chain of the unit that takes its slot, as they would have had that
+// unit's own eviction chosen the victim; those of a slot left unused
+// make a chain of their own (flushSpare).
+type spareSlot struct {
+	slot           int32
+	victim         UnitID
+	c0, c1, m0, m1 int32
+	flushed        bool
+}
+
+// deferEviction moves the copies and moves appended to the transaction
+// since (b0, m0) (those of one victim of a block eviction, made in slot s)
+// to its deferred buffers, and makes s a spare slot of arena a.
+func (c *Cache) deferEviction(a *arena, s int32, v UnitID, b0, m0 int) {
+	t := &c.tx
+	sp := spareSlot{slot: s, victim: v, c0: int32(len(t.defCopies)), m0: int32(len(t.defMoves))}
+	t.defCopies = append(t.defCopies, t.batch[b0:]...)
+	for _, m := range t.moves[m0:] {
+		if m.copy >= 0 {
+			m.copy += sp.c0 - int32(b0)
+		}
+		t.defMoves = append(t.defMoves, m)
+	}
+	sp.c1, sp.m1 = int32(len(t.defCopies)), int32(len(t.defMoves))
+	t.batch, t.moves = t.batch[:b0], t.moves[:m0]
+	if len(a.spare) == 0 {
+		t.spared = append(t.spared, a)
+	}
+	a.spare = append(a.spare, sp)
+}
+
+// takeSpare returns a spare slot of arena a, its victim's copies and moves
+// appended to the transaction's now: the caller's chain.
+func (c *Cache) takeSpare(a *arena) (int32, bool) {
 	n := len(a.spare)
 	if n == 0 {
 		return 0, false
 	}
-	s := a.spare[n-1]
+	sp := a.spare[n-1]
 	a.spare = a.spare[:n-1]
-	return s, true
+	c.appendDeferred(&sp)
+	return sp.slot, true
 }
 
-// freeSpare frees the slots left in spare when an operation commits: their
-// victims have left.
-func (a *arena) freeSpare() {
-	for _, s := range a.spare {
-		a.push(s)
+// appendDeferred appends spare slot sp's deferred copies and moves to the
+// transaction's.
+func (c *Cache) appendDeferred(sp *spareSlot) {
+	t := &c.tx
+	base := int32(len(t.batch)) - sp.c0
+	t.batch = append(t.batch, t.defCopies[sp.c0:sp.c1]...)
+	for _, m := range t.defMoves[sp.m0:sp.m1] {
+		if m.copy >= 0 {
+			m.copy += base
+		}
+		t.moves = append(t.moves, m)
 	}
-	a.spare = a.spare[:0]
+	sp.flushed = true
+}
+
+// flushSpare appends the deferred copies and moves of every spare slot
+// left unused by the running transaction, at the end of its planning:
+// with an Engine, those of each slot make a chain in its victim's KV layer.
+func (c *Cache) flushSpare() {
+	t := &c.tx
+	for _, a := range t.spared {
+		for i := range a.spare {
+			sp := &a.spare[i]
+			if sp.flushed || sp.c0 == sp.c1 && sp.m0 == sp.m1 {
+				sp.flushed = true
+				continue
+			}
+			copyStart, moveStart := len(t.batch), len(t.moves)
+			c.appendDeferred(sp)
+			if c.engine != nil && len(t.moves) > moveStart {
+				t.chains = append(t.chains, chain{copyStart: int32(copyStart), copyEnd: int32(len(t.batch)),
+					moveStart: int32(moveStart), moveEnd: int32(len(t.moves)),
+					kvLayer: c.geom.sliceLayer[c.units.slice(sp.victim)], block: c.units.block(sp.victim)})
+			}
+		}
+	}
+}
+
+// releaseSpare ends the spare slots of a committed transaction: a slot is
+// free at once, unless a transfer still moves its victim out of it; the
+// slot is then the victim's, pinned, until that transfer lets go of it
+// (see leaveSlot), as a load's source is.
+func (c *Cache) releaseSpare() {
+	t := &c.tx
+	for _, a := range t.spared {
+		for _, sp := range a.spare {
+			if c.engine == nil || sp.m0 == sp.m1 || c.units.of(sp.victim).busy == 0 {
+				a.push(sp.slot)
+				continue
+			}
+			c.place(a, sp.victim, true)
+			c.xfer.left[sp.victim] = append(c.xfer.left[sp.victim], leftSlot{tier: a.tier, slot: sp.slot})
+		}
+		a.spare = a.spare[:0]
+	}
+	t.spared = t.spared[:0]
 }
 
 // checkGroups verifies the block counts of an arena with block keys against

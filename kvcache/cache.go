@@ -153,9 +153,6 @@ func validateConfig(cfg *Config) error {
 	if cfg.Mover != nil && cfg.Engine != nil {
 		return fmt.Errorf("%w: both a Mover and an Engine: set one", ErrInvalidConfig)
 	}
-	if cfg.BlockKeys && cfg.Engine != nil {
-		return fmt.Errorf("%w: BlockKeys with an Engine (%T): not supported yet, use a Mover", ErrInvalidConfig, cfg.Engine)
-	}
 	if cfg.EventBuffer < 0 {
 		return fmt.Errorf("%w: EventBuffer %d is negative", ErrInvalidConfig, cfg.EventBuffer)
 	}

@@ -170,11 +170,7 @@ type Config struct {
 	// included (each window is a pool of its own). Leave it off for
 	// sparse access that pins a few units of each block (BSA), where a
 	// block's unselected units could otherwise be evicted on their own,
-	// and for a policy that weighs units by layer. It cannot be set with
-	// an Engine yet (New returns ErrInvalidConfig): a block evicted whole
-	// frees slots that units of other KV layers then take, and their
-	// transfers would have to wait for the victims' moves out of those
-	// slots.
+	// and for a policy that weighs units by layer.
 	BlockKeys bool
 }
 

@@ -80,6 +80,8 @@ func oracleConfigs() []oracleConfig {
 		{name: "paged-lru-blockkeys", kind: layout.PagedLayer, policy: lru, gpu: 40, cpu: 40, blockKeys: true},
 		{name: "paged-windows-s3fifo-blockkeys", kind: layout.PagedLayer, windows: win, policy: s3, gpu: 40, cpu: 30, blockKeys: true},
 		{name: "bsa-mla-cla-fifo-blockkeys", kind: layout.BSA, mla: 12, cla: 2, policy: fifo, gpu: 40, cpu: 30, blockKeys: true},
+		{name: "paged-async-layerwise-blockkeys", kind: layout.PagedLayer, policy: lru, gpu: 40, cpu: 40, async: true, layerWise: true, failPct: 15, blockKeys: true},
+		{name: "bsa-windows-async-s3fifo-blockkeys", kind: layout.BSA, windows: win, policy: s3, gpu: 40, cpu: 40, async: true, failPct: 15, blockKeys: true},
 	}
 }
 
@@ -495,7 +497,7 @@ func TestOracleCatchesCorruption(t *testing.T) {
 func TestOracleConcurrent(t *testing.T) {
 	n := oracleRequests(t) / 2
 	for _, cfg := range oracleConfigs() {
-		if cfg.name != "paged-lru" && cfg.name != "paged-async-layerwise" && cfg.name != "all-layers-windows-fifo" {
+		if cfg.name != "paged-lru" && cfg.name != "paged-async-layerwise" && cfg.name != "all-layers-windows-fifo" && cfg.name != "paged-async-layerwise-blockkeys" {
 			continue
 		}
 		t.Run(cfg.name, func(t *testing.T) {

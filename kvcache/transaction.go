@@ -142,6 +142,10 @@ type txn struct {
 	// transaction filled: freed when it commits, dropped when it rolls
 	// back.
 	spared []*arena
+	// defCopies and defMoves hold the copies and moves of the spare
+	// slots' victims until the slots are used (see spareSlot).
+	defCopies []Copy
+	defMoves  []move
 	// seq is the live sequence the operation changes (Append, Truncate,
 	// SparseAccess, Commit), nil for one it creates: the units the
 	// operation unpins are its (see copyFailed). owner is the sequence the
@@ -193,6 +197,7 @@ func (t *txn) reset() {
 		a.spare = a.spare[:0]
 	}
 	t.spared = t.spared[:0]
+	t.defCopies, t.defMoves = t.defCopies[:0], t.defMoves[:0]
 	t.seq, t.owner, t.loading = nil, nil, 0
 	t.reserve, t.taken, t.build = nil, nil, nil
 	t.open = false
@@ -399,6 +404,7 @@ func (c *Cache) execute() error {
 			c.addChain(n, copyStart, moveStart)
 		}
 	}
+	c.flushSpare()
 	if c.poisoned != nil {
 		return c.abort(c.poisoned)
 	}
@@ -605,7 +611,7 @@ func (c *Cache) copyFailed(err error) error {
 func (c *Cache) takeSlot(t Tier, p int) (slot int32, ok bool, err error) {
 	tx := &c.tx
 	a := c.tiers.arena(t, p)
-	if s, ok := a.takeSpare(); ok {
+	if s, ok := c.takeSpare(a); ok {
 		// Emptied by this operation: its victim's undo gives it back.
 		return s, true, nil
 	}
@@ -642,7 +648,9 @@ func (c *Cache) evictBlock(a *arena, t Tier, p int) (slot int32, ok bool, err er
 		return 0, false, nil
 	}
 	slot = -1
+	tx := &c.tx
 	for i, v := range vs {
+		b0, m0 := len(tx.batch), len(tx.moves)
 		s, ok, err := c.evictUnit(a, t, p, v)
 		if err != nil || !ok {
 			// The cache is poisoned (a policy below broke): the
@@ -654,14 +662,10 @@ func (c *Cache) evictBlock(a *arena, t Tier, p int) (slot int32, ok bool, err er
 			}
 			return 0, false, err
 		}
-		switch {
-		case slot < 0:
+		if slot < 0 {
 			slot = s
-		case len(a.spare) == 0:
-			c.tx.spared = append(c.tx.spared, a)
-			fallthrough
-		default:
-			a.spare = append(a.spare, s)
+		} else {
+			c.deferEviction(a, s, v, b0, m0)
 		}
 	}
 	return slot, true, nil
@@ -1022,10 +1026,8 @@ func (c *Cache) commit() {
 			c.tiers.arena(tp.tier, c.poolOf(tp.u)).unpinResident(tp.u, c.units.slotOf(tp.u), !lowerHeld(c.units.of(tp.u)))
 		}
 	}
-	for _, a := range t.spared {
-		a.freeSpare()
-	}
-	t.spared = t.spared[:0]
+	c.releaseSpare()
+	t.defCopies, t.defMoves = t.defCopies[:0], t.defMoves[:0]
 	t.undo = t.undo[:0]
 	t.temps = t.temps[:0]
 	t.open, t.executing, t.committing = false, false, false
