@@ -67,6 +67,10 @@ type arena struct {
 	stuck              int
 	spare              []spareSlot
 	victims            []UnitID
+	// lastGroup and lastCount are the block group last looked up and its
+	// counts (which never move: see chunked.Array).
+	lastGroup int32
+	lastCount *groupCount
 
 	// counters for Stats
 	hits, misses, evictions, drops, lost uint64

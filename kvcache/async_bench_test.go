@@ -44,17 +44,29 @@ func (m sleepyMover) Copy(b []Copy) error {
 // AsyncMemoryStore with a 2 ms latency, on its worker). Reported: the
 // prober's p50, p99 and max wait over all its calls, and the wall time of
 // the long Acquire itself.
+//
+// "paged-layer-blockkeys" is the paged layout with one policy key per block
+// and pool (Config.BlockKeys).
 func BenchmarkLockWait(b *testing.B) {
 	for _, kind := range []layout.Kind{layout.AllLayers, layout.PagedLayer} {
-		for _, mode := range []string{"sync-mover", "async-engine"} {
-			for _, work := range []string{"onboard", "miss"} {
-				b.Run(kind.String()+"/"+mode+"/"+work, func(b *testing.B) { benchLockWait(b, kind, mode, work) })
+		for _, keys := range []bool{false, true} {
+			if keys && kind == layout.AllLayers {
+				continue
+			}
+			name := kind.String()
+			if keys {
+				name += "-blockkeys"
+			}
+			for _, mode := range []string{"sync-mover", "async-engine"} {
+				for _, work := range []string{"onboard", "miss"} {
+					b.Run(name+"/"+mode+"/"+work, func(b *testing.B) { benchLockWait(b, kind, keys, mode, work) })
+				}
 			}
 		}
 	}
 }
 
-func benchLockWait(b *testing.B, kind layout.Kind, mode, work string) {
+func benchLockWait(b *testing.B, kind layout.Kind, blockKeys bool, mode, work string) {
 	m := layout.Model{Name: "bench", Layers: 32, QueryHeads: 8, KVHeads: 1, HeadDim: 8, ElemBytes: 1}
 	l, err := layout.New(m, kind, 16)
 	if err != nil {
@@ -69,7 +81,7 @@ func benchLockWait(b *testing.B, kind layout.Kind, mode, work string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg := Config{Layout: l, Tiers: tiers}
+	cfg := Config{Layout: l, Tiers: tiers, BlockKeys: blockKeys}
 	const delay = 2 * time.Millisecond
 	if mode == "sync-mover" {
 		cfg.Mover = sleepyMover{store: store, delay: delay}

@@ -53,10 +53,16 @@ func (a *arena) grouped() bool { return a.keyUnits > 1 }
 
 // group returns the counts of block record b, growing the table to it.
 func (a *arena) group(b int32) *groupCount {
+	if b == a.lastGroup && a.lastCount != nil {
+		// The units of a block come one after the other.
+		return a.lastCount
+	}
 	for a.groups.Len() <= int(b) {
 		a.groups.Push(groupCount{})
 	}
-	return a.groups.At(int(b))
+	g := a.groups.At(int(b))
+	a.lastGroup, a.lastCount = b, g
+	return g
 }
 
 // keyOf returns the policy key of unit u: the UnitID of its block's first
