@@ -75,6 +75,10 @@
 // it has no children, or with the subtree of a hollow ancestor when the
 // tree is over its budget (see Metadata).
 //
+// With Config.BlockKeys a policy tracks one key per block and pool instead
+// of one per unit, and a block's units leave a tier together: the policy
+// costs per block, which a dense model paged per layer wants.
+//
 // # Failures
 //
 // Every mutating operation is a transaction: if the GPU cannot supply the

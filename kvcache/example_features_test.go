@@ -3,6 +3,7 @@ package kvcache_test
 import (
 	"fmt"
 
+	"github.com/kvtier/kvtier/eviction"
 	"github.com/kvtier/kvtier/kvcache"
 	"github.com/kvtier/kvtier/layout"
 )
@@ -128,4 +129,42 @@ func ExampleTierConfig_writeThrough() {
 	// Output:
 	// backups on the CPU after the commit: 2
 	// bytes copied to evict them: 0
+}
+
+// countingPolicy counts the keys its policy is given.
+type countingPolicy struct {
+	eviction.Policy[kvcache.UnitID]
+	inserts *int
+}
+
+func (p countingPolicy) Insert(k kvcache.UnitID, e eviction.Entry) error {
+	*p.inserts++
+	return p.Policy.Insert(k, e)
+}
+
+// With one policy key per block and pool (Config.BlockKeys), the policy of a
+// per-layer layout hears of each block once instead of once per layer, and
+// a victim block leaves the tier whole.
+func ExampleConfig_blockKeys() {
+	l, _ := layout.New(smallModel(), layout.PagedLayer, 16) // 2 layers: 2 units per block
+	for _, blockKeys := range []bool{false, true} {
+		inserts := 0
+		counting := func(info kvcache.PoolInfo) (eviction.Policy[kvcache.UnitID], error) {
+			p, err := kvcache.LRUPolicy()(info)
+			return countingPolicy{Policy: p, inserts: &inserts}, err
+		}
+		tiers := []kvcache.TierConfig{{Capacity: kvcache.Capacity{Units: 8}, Policy: counting}}
+		c, _ := kvcache.New(kvcache.Config{Layout: l, Tiers: tiers, BlockKeys: blockKeys})
+		for i := range 3 {
+			prompt := countTo(48, uint32(i)<<16) // 3 blocks, 6 units
+			plan, _ := c.Acquire(kvcache.Request{Tokens: prompt})
+			_ = c.Commit(plan.Seq, len(prompt))
+			_ = c.Release(plan.Seq)
+		}
+		st := c.Stats().Tiers[0]
+		fmt.Printf("BlockKeys %v: %d policy inserts, %d units evicted, %d cached\n", blockKeys, inserts, st.Evictions, st.Cached)
+	}
+	// Output:
+	// BlockKeys false: 18 policy inserts, 10 units evicted, 8 cached
+	// BlockKeys true: 9 policy inserts, 10 units evicted, 8 cached
 }
