@@ -38,6 +38,8 @@ type concurrentConfig struct {
 	async bool
 	// failPct is the percentage of transfers the engine fails.
 	failPct int
+	// blockKeys is Config.BlockKeys.
+	blockKeys bool
 }
 
 // concurrentWorld is what the goroutines of one run share.
@@ -79,8 +81,9 @@ func (w *concurrentWorld) counted(what string) int64 {
 // TestModelConcurrent runs 3 goroutines for rounds of random operations
 // on one cache with steps of 1 to 4 units, with a Mover and with an
 // engine that runs transfers on its own goroutines and fails some, on the
-// paged and the all-layers layouts, under -race in CI, and checks the
-// cache at a barrier after every round.
+// paged and the all-layers layouts, with a policy key per unit and per
+// block, under -race in CI, and checks the cache at a barrier after every
+// round.
 func TestModelConcurrent(t *testing.T) {
 	rounds := 200
 	if testing.Short() || raceEnabled {
@@ -91,6 +94,8 @@ func TestModelConcurrent(t *testing.T) {
 		{name: "paged-async", kind: layout.PagedLayer, async: true, failPct: 5},
 		{name: "alllayers-async", kind: layout.AllLayers, async: true},
 		{name: "bsa-mover", kind: layout.BSA},
+		{name: "paged-async-blockkeys", kind: layout.PagedLayer, async: true, failPct: 5, blockKeys: true},
+		{name: "bsa-mover-blockkeys", kind: layout.BSA, blockKeys: true},
 	}
 	for _, cc := range configs {
 		t.Run(cc.name, func(t *testing.T) {
@@ -112,7 +117,7 @@ func runConcurrent(t *testing.T, cc concurrentConfig, seed uint64, rounds int) {
 	store, err := NewMemoryStore(l, tiers)
 	require.NoError(t, err)
 	w := &concurrentWorld{t: t, store: store, lay: l, seqs: map[SeqID]*concSeq{}}
-	cfg := Config{Layout: l, Tiers: tiers, Mover: store}
+	cfg := Config{Layout: l, Tiers: tiers, Mover: store, BlockKeys: cc.blockKeys}
 	if cc.async {
 		rng := rand.New(rand.NewPCG(seed, 99))
 		var rmu sync.Mutex

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,7 +34,8 @@ func (s *countingStore) Contains(ctx context.Context, keys []kvcache.UnitKey) ([
 // already (the common case of a server that asks before every request);
 // with new, it holds none of it (Clear, untimed, between lookups), so the
 // lookup adopts every block; adopt-only is that Adopt alone, without a
-// query. Reported per lookup: keys and Contains calls, the process's CPU
+// query. The "-blockkeys" modes run on a cache with one policy key per
+// block (kvcache.Config.BlockKeys). Reported per lookup: keys and Contains calls, the process's CPU
 // time (cpu-µs: the Redis client's goroutines and the garbage collector
 // included, the server not), and wall time (ns/op).
 func BenchmarkLookup(b *testing.B) {
@@ -49,6 +51,11 @@ func BenchmarkLookup(b *testing.B) {
 	tiers := kvcache.GPUAndCPU(kvcache.Capacity{Units: 28 * 64}, kvcache.Capacity{Units: 28 * 64})
 	tiers = append(tiers, kvcache.TierConfig{Name: "shared", Capacity: kvcache.Capacity{Units: 28 * 4096}})
 	c, err := kvcache.New(kvcache.Config{Layout: l, Tiers: tiers})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// cb is the same cache with one policy key per block (BlockKeys).
+	cb, err := kvcache.New(kvcache.Config{Layout: l, Tiers: tiers, BlockKeys: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -93,8 +100,13 @@ func BenchmarkLookup(b *testing.B) {
 		b.Run(st.name, func(b *testing.B) {
 			store := st.open(b)
 			fill(store)
-			for _, mode := range []string{"probe/held", "probe/new", "all-units/held", "all-units/new", "adopt-only"} {
+			for _, mode := range []string{"probe/held", "probe/new", "all-units/held", "all-units/new", "adopt-only",
+				"probe/new-blockkeys", "adopt-only-blockkeys"} {
 				b.Run(mode, func(b *testing.B) {
+					c := c
+					if m, ok := strings.CutSuffix(mode, "-blockkeys"); ok {
+						c, mode = cb, m
+					}
 					cs := &countingStore{Store: store}
 					var cpu time.Duration
 					reset := func() {
