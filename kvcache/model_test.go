@@ -1974,7 +1974,7 @@ func TestModelSliced(t *testing.T) {
 // choose other victims, which the checks do not predict), and the
 // invariants check each block's counts against its units.
 func TestModelBlockKeys(t *testing.T) {
-	steps, chaosRuns := modelSize(1500, 800, 400), uint64(modelSize(20, 10, 5))
+	steps, chaosRuns := modelSize(1500, 500, 300), uint64(modelSize(20, 6, 4))
 	var configs []modelConfig
 	for _, mc := range modelConfigs() {
 		if !blockKeysApply(t, mc) {
