@@ -493,6 +493,7 @@ func (op *longAcquire) record(c *Cache) {
 func (op *longAcquire) tell(c *Cache) func() error {
 	return func() error {
 		bud := c.newBudget()
+		c.newHits()
 		for ; op.told < len(op.hits) && (bud.units == 0 || !bud.spent()); op.told++ {
 			u := op.hits[op.told]
 			if c.units.current(u, c.geom.slices) && c.units.tierOf(u) == GPU {

@@ -99,6 +99,7 @@ func (c *Cache) admitDense(keys radix.Keys, nodes []*radix.Node[int32], req Requ
 	B := g.blockTokens
 	nb := g.numBlocks(len(req.Tokens))
 	compute := 0
+	counted := make([]bool, len(g.pools)) // per block: its pin counted
 	for i, n := range nodes {
 		if !c.whole(n.Value) {
 			for p := range g.pools {
@@ -107,12 +108,25 @@ func (c *Cache) admitDense(keys radix.Keys, nodes []*radix.Node[int32], req Requ
 			compute += min((i+1)*B, len(req.Tokens)) - i*B
 			continue
 		}
+		clear(counted)
 		for sl := range g.slices {
 			u := c.units.id(n.Value, sl)
 			p := g.slicePool[sl]
 			switch st := c.units.of(u); st.tier {
 			case GPU:
-				if st.pins == 0 && !gpuHeld(st) {
+				a := c.tiers.arena(GPU, int(p))
+				switch {
+				case a.grouped():
+					// Under block keys the block's first pin takes all
+					// its units out of eviction: counted once, if the
+					// block is evictable now.
+					if !counted[p] {
+						counted[p] = true
+						if gc := a.group(n.Value); gc.pinned == 0 {
+							pinning[p] += int(gc.tracked)
+						}
+					}
+				case st.pins == 0 && !gpuHeld(st):
 					// Evictable now (not held by a transfer either).
 					pinning[p]++
 				}

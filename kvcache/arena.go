@@ -66,11 +66,14 @@ type arena struct {
 	groups             chunked.Array[groupCount]
 	stuck              int
 	spare              []spareSlot
+	spareNext          int // the next spare slot to take
 	victims            []UnitID
 	// lastGroup and lastCount are the block group last looked up and its
 	// counts (which never move: see chunked.Array).
 	lastGroup int32
 	lastCount *groupCount
+	// hitKey is the block key whose hit access reported last.
+	hitKey UnitID
 
 	// counters for Stats
 	hits, misses, evictions, drops, lost uint64
@@ -111,7 +114,9 @@ func (a *arena) evictable() int { return a.tracked - a.pinned - a.stuck }
 // those an eviction could empty, less those promised to long operations
 // (reserved). An operation that holds a reservation adds its own share
 // back (see stage).
-func (a *arena) available() int { return len(a.free) + len(a.spare) + a.evictable() - a.reserved }
+func (a *arena) available() int {
+	return len(a.free) + len(a.spare) - a.spareNext + a.evictable() - a.reserved
+}
 
 // pop takes a free slot; ok is false when none is free.
 func (a *arena) pop() (int32, bool) {
@@ -246,13 +251,27 @@ func (a *arena) evict() (UnitID, bool) {
 	return u, ok
 }
 
-// access reports a hit on u to the policy. Under block keys a block's hit
-// is reported once, on its first unit in the pool (the key's).
+// access reports a hit on u to the policy: under block keys, on its
+// block's key, once per block in a run of hits (see newHits).
 func (a *arena) access(u UnitID) {
-	if a.grouped() && a.cache.units.slice(u) != a.keySlice {
-		return
+	if a.grouped() {
+		k := a.keyOf(u)
+		if k == a.hitKey {
+			return
+		}
+		a.hitKey, u = k, k
 	}
 	a.policyAccess(u)
+}
+
+// newHits starts a run of hits to report (see access): a block hit again
+// is reported again.
+func (c *Cache) newHits() {
+	if c.blockKeys {
+		for _, a := range c.tiers.levels[0].arenas {
+			a.hitKey = noUnit
+		}
+	}
 }
 
 // forget tells a policy that keeps history that u is gone for good (see

@@ -23,14 +23,18 @@ import (
 //
 // What changes for eviction: a block's units leave a tier together. A
 // block is evictable only when none of its units there is pinned, so an
-// unpinned unit of a block whose other units are pinned is not evictable
-// (stuck counts them, and capacity checks count them out); eviction takes
-// every unit of the block the arena tracks, and the slots the operation
-// does not need at once wait in spare for its next placements in that
-// arena, and are freed when it commits. Where units of a block really
-// differ (sparse access that pins a few units of a block, a transfer that
-// failed for one layer) the per-unit state is unchanged: only eviction is
-// per block.
+// unpinned unit of a block whose other units are pinned is not evictable:
+// stuck counts them, and a capacity check counts a pin it plans by its
+// effect on the block (pinEffect). Eviction takes every unit of the block
+// the arena tracks; the slots the operation does not need at once wait in
+// spare for its next placements in that arena (see spareSlot). With an
+// Engine, a GPU victim whose slot the operation will not take is dropped,
+// not moved down: a move would keep its slot until the move is done,
+// capacity a long operation's reservation counts on (releaseSpare keeps
+// the slots below the GPU that way). Where units of a block really differ
+// (sparse access that pins a few units of a block, a transfer that failed
+// for one layer) the per-unit state is unchanged: only eviction is per
+// block.
 
 // groupCount is what an arena with block keys keeps of one block record:
 // tracked of its units are tracked by the arena, pinned of those are
@@ -92,6 +96,49 @@ func (a *arena) change(u UnitID, dt, dp int32) (before, after groupCount) {
 	after = *g
 	a.stuck += after.stuck() - before.stuck()
 	return before, after
+}
+
+// pinEffect returns how many evictable units the arena loses when the
+// policy pins (d = 1) or unpins (d = -1) one more tracked unit u: 1 or -1
+// with unit keys; with block keys a block's first pin takes all its
+// tracked units out of eviction and its last unpin gives them back. A
+// capacity check (stage) asks it for every pin it plans, in order: the
+// block counts change as the pins would, until undoPinEffects puts them
+// back.
+func (a *arena) pinEffect(u UnitID, d int32) int {
+	if !a.grouped() {
+		return int(d)
+	}
+	g := a.group(a.cache.units.block(u))
+	before := g.tracked - g.pinned - int32(g.stuck())
+	g.pinned += d
+	after := g.tracked - g.pinned - int32(g.stuck())
+	return int(before - after)
+}
+
+// undoPinEffects puts back the block counts the pinEffect calls of the
+// running transaction's stage changed (its crossings unpin, its needs'
+// new pins pin).
+func (c *Cache) undoPinEffects() {
+	t := &c.tx
+	for _, u := range t.crossings {
+		if a := c.tiers.arena(GPU, c.poolOf(u)); a.grouped() {
+			a.group(c.units.block(u)).pinned++
+		}
+	}
+	for i := range t.needs {
+		n := &t.needs[i]
+		if !n.pinned {
+			continue
+		}
+		u := n.u
+		if !n.act.pinsInPlace() {
+			u = n.src
+		}
+		if a := c.tiers.arena(GPU, c.poolOf(u)); a.grouped() {
+			a.group(c.units.block(u)).pinned--
+		}
+	}
 }
 
 // groupInsert is insert under block keys.
@@ -231,13 +278,14 @@ func (c *Cache) deferEviction(a *arena, s int32, v UnitID, b0, m0 int) {
 // takeSpare returns a spare slot of arena a, its victim's copies and moves
 // appended to the transaction's now: the caller's chain.
 func (c *Cache) takeSpare(a *arena) (int32, bool) {
-	n := len(a.spare)
-	if n == 0 {
+	if a.spareNext == len(a.spare) {
 		return 0, false
 	}
-	sp := a.spare[n-1]
-	a.spare = a.spare[:n-1]
-	c.appendDeferred(&sp)
+	// In the order of the victims (see evictBlock: the last ones may
+	// have been dropped for want of a taker).
+	sp := &a.spare[a.spareNext]
+	a.spareNext++
+	c.appendDeferred(sp)
 	return sp.slot, true
 }
 
@@ -262,7 +310,7 @@ func (c *Cache) appendDeferred(sp *spareSlot) {
 func (c *Cache) flushSpare() {
 	t := &c.tx
 	for _, a := range t.spared {
-		for i := range a.spare {
+		for i := a.spareNext; i < len(a.spare); i++ {
 			sp := &a.spare[i]
 			if sp.flushed || sp.c0 == sp.c1 && sp.m0 == sp.m1 {
 				sp.flushed = true
@@ -286,7 +334,7 @@ func (c *Cache) flushSpare() {
 func (c *Cache) releaseSpare() {
 	t := &c.tx
 	for _, a := range t.spared {
-		for _, sp := range a.spare {
+		for _, sp := range a.spare[a.spareNext:] {
 			if c.engine == nil || sp.m0 == sp.m1 || c.units.of(sp.victim).busy == 0 {
 				a.push(sp.slot)
 				continue
@@ -294,7 +342,7 @@ func (c *Cache) releaseSpare() {
 			c.place(a, sp.victim, true)
 			c.xfer.left[sp.victim] = append(c.xfer.left[sp.victim], leftSlot{tier: a.tier, slot: sp.slot})
 		}
-		a.spare = a.spare[:0]
+		a.spare, a.spareNext = a.spare[:0], 0
 	}
 	t.spared = t.spared[:0]
 }

@@ -257,7 +257,7 @@ func (c *Cache) makeArena(info PoolInfo, f PolicyFactory) (*arena, error) {
 	}
 	a := newArena(c, info.Tier, info.Pool, info.Slots, p)
 	if info.KeyUnits > 1 {
-		a.keyUnits, a.keySlice = info.KeyUnits, c.geom.pools[info.Pool].slices[0]
+		a.keyUnits, a.keySlice, a.hitKey = info.KeyUnits, c.geom.pools[info.Pool].slices[0], noUnit
 	}
 	return a, nil
 }

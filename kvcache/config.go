@@ -163,7 +163,7 @@ type Config struct {
 	// pool's units per block and whose Layer is 0 (PoolInfo.KeyUnits).
 	// A block's units in a pool then leave a tier together, when none of
 	// them there is pinned, and the policy is told of a block once where
-	// it was told of each unit (a hit once, on the key's unit): a miss
+	// it was told of each unit (a block's hits once per operation): a miss
 	// or a decode step costs per block what it cost per unit
 	// (BENCHMARKS.md, "block keys"). Use it when the units of a block
 	// share fate, as they do under dense attention, sliding windows

@@ -173,7 +173,8 @@ func (c *Cache) subtreeSettled(n *radix.Node[int32]) bool {
 
 // metadataBytes estimates the memory of the cache's live metadata: the
 // block records in use and their unit tables, the tree's nodes with their
-// tokens, and one policy entry per resident unit. It is an estimate for
+// tokens, and one policy entry per resident unit (per resident block under
+// block keys). It is an estimate for
 // Stats, from the sizes of the structures, not a measurement.
 func (c *Cache) metadataBytes() int64 {
 	const (
@@ -184,6 +185,13 @@ func (c *Cache) metadataBytes() int64 {
 	unitTables := int64(1<<c.geom.sliceShift) * int64(unsafe.Sizeof(unitState{}))
 	n := records * (int64(unsafe.Sizeof(blockRec{})) + unitTables)
 	n += int64(c.tree.Len()) * (nodeBytes + int64(c.geom.blockTokens)*int64(unsafe.Sizeof(uint32(0))))
-	c.tiers.each(func(a *arena) { n += int64(a.tracked) * policyBytes })
+	c.tiers.each(func(a *arena) {
+		if a.grouped() {
+			// A key per block (its policy's Len), and the block counts.
+			n += int64(a.policy.Len())*policyBytes + int64(a.groups.Len())*int64(unsafe.Sizeof(groupCount{}))
+			return
+		}
+		n += int64(a.tracked) * policyBytes
+	})
 	return n
 }

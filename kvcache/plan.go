@@ -135,6 +135,7 @@ func (c *Cache) fillPlan(p *Plan, s *sequence) {
 // not a use for every policy (S3-FIFO counts hits in Access only). Policies
 // known to ignore it are skipped (see tellsHits).
 func (c *Cache) countLookups() {
+	c.newHits()
 	for i := range c.tx.needs {
 		n := &c.tx.needs[i]
 		found := lookupTier(n)

@@ -139,13 +139,16 @@ type txn struct {
 	perPool   []int
 	crossings []UnitID
 	// spared lists the arenas (with block keys) whose spare slots this
-	// transaction filled: freed when it commits, dropped when it rolls
-	// back.
+	// transaction filled: released when it commits (see releaseSpare),
+	// given back to their victims when it rolls back.
 	spared []*arena
 	// defCopies and defMoves hold the copies and moves of the spare
 	// slots' victims until the slots are used (see spareSlot).
 	defCopies []Copy
 	defMoves  []move
+	// toPlace counts, per pool, the GPU slots the executing transaction
+	// has still to take (see evictBlock).
+	toPlace []int
 	// seq is the live sequence the operation changes (Append, Truncate,
 	// SparseAccess, Commit), nil for one it creates: the units the
 	// operation unpins are its (see copyFailed). owner is the sequence the
@@ -194,10 +197,11 @@ func (t *txn) reset() {
 	t.submitted = t.submitted[:0]
 	for _, a := range t.spared {
 		// Rolled back: their victims' undo gave the slots back.
-		a.spare = a.spare[:0]
+		a.spare, a.spareNext = a.spare[:0], 0
 	}
 	t.spared = t.spared[:0]
 	t.defCopies, t.defMoves = t.defCopies[:0], t.defMoves[:0]
+	t.toPlace = t.toPlace[:0]
 	t.seq, t.owner, t.loading = nil, nil, 0
 	t.reserve, t.taken, t.build = nil, nil, nil
 	t.open = false
@@ -367,6 +371,7 @@ func (c *Cache) execute() error {
 		// A policy panicked while told of the pins.
 		return c.abort(c.poisoned)
 	}
+	t.toPlace = append(t.toPlace[:0], t.perPool[:len(c.geom.pools)]...) // stage's need
 	for i := range t.needs {
 		n := &t.needs[i]
 		if n.act.pinsInPlace() {
@@ -382,6 +387,7 @@ func (c *Cache) execute() error {
 		if err != nil {
 			return c.abort(err)
 		}
+		t.toPlace[p]--
 		// The slot is the unit's from now on; its policy hears of it at
 		// commit (no policy can pick a unit it does not know, and no
 		// rollback has to take it back).
@@ -458,7 +464,8 @@ func (c *Cache) stage() error {
 		case st.pins > 0:
 		case !gpuHeld(st):
 			t.crossings = append(t.crossings, u)
-			gained[c.poolOf(u)]--
+			p := c.poolOf(u)
+			gained[p] += c.tiers.arena(GPU, p).pinEffect(u, -1)
 		case st.busy == 0:
 			// No bytes and nothing holds it once the operation is
 			// done: dropped then, unless a rollback pins it again.
@@ -482,9 +489,13 @@ func (c *Cache) stage() error {
 		st := c.units.of(u)
 		n.pinned = st.pins == 0 && !gpuHeld(st)
 		if n.pinned {
-			gained[p]++
+			gained[p] += c.tiers.arena(GPU, p).pinEffect(u, 1)
 		}
 		st.pins++
+	}
+	if c.blockKeys {
+		// The counts pinEffect changed are the commit's to change.
+		c.undoPinEffects()
 	}
 	for p := range np {
 		// A unit that becomes pinned is one evictable unit fewer. A long
@@ -629,7 +640,7 @@ func (c *Cache) takeSlot(t Tier, p int) (slot int32, ok bool, err error) {
 		}
 		return 0, false, nil
 	}
-	return c.evictUnit(a, t, p, v)
+	return c.evictUnit(a, t, p, v, false)
 }
 
 // evictBlock is takeSlot's eviction in an arena with block keys: the
@@ -649,16 +660,27 @@ func (c *Cache) evictBlock(a *arena, t Tier, p int) (slot int32, ok bool, err er
 	}
 	slot = -1
 	tx := &c.tx
+	keep := len(vs)
+	if t == GPU && c.engine != nil && p < len(tx.toPlace) {
+		// With an Engine, a slot left unused at the end of the
+		// operation would stay its victim's until the victim's move
+		// down is done (see releaseSpare): GPU capacity a reservation
+		// counted on. So the victims whose slots the operation will not
+		// take are dropped: nothing reads their slots.
+		keep = max(1, tx.toPlace[p])
+	}
 	for i, v := range vs {
 		b0, m0 := len(tx.batch), len(tx.moves)
-		s, ok, err := c.evictUnit(a, t, p, v)
+		s, ok, err := c.evictUnit(a, t, p, v, i >= keep)
 		if err != nil || !ok {
 			// The cache is poisoned (a policy below broke): the
 			// victims not evicted yet are counted as before, so that
 			// the accounting stays exact. (vs is a.victims, which only
 			// this arena's evictions change.)
 			for _, w := range vs[i+1:] {
-				a.track(w, false)
+				if a.insert(w, c.entryOf(w), false) != nil {
+					a.track(w, false)
+				}
 			}
 			return 0, false, err
 		}
@@ -672,9 +694,10 @@ func (c *Cache) evictBlock(a *arena, t Tier, p int) (slot int32, ok bool, err er
 }
 
 // evictUnit evicts victim v, which arena a (tier t, pool p) no longer
-// tracks, and returns its slot. It fails only when v is not a victim the
+// tracks, and returns its slot; drop says to drop it unless it moves down
+// without a copy (to its backup). It fails only when v is not a victim the
 // policy could return (the cache is poisoned).
-func (c *Cache) evictUnit(a *arena, t Tier, p int, v UnitID) (slot int32, ok bool, err error) {
+func (c *Cache) evictUnit(a *arena, t Tier, p int, v UnitID, drop bool) (slot int32, ok bool, err error) {
 	tx := &c.tx
 	if s, ok := c.isBackupVictim(a, v); ok {
 		// A backup: the unit keeps its bytes on the GPU, the slot is
@@ -707,7 +730,7 @@ func (c *Cache) evictUnit(a *arena, t Tier, p int, v UnitID) (slot int32, ok boo
 		tx.victims = append(tx.victims, victim{u: v, tier: t, pool: int32(p), slot: s, to: bs, backup: true})
 		return s, true, nil
 	}
-	if moved {
+	if moved && !drop {
 		ds, ok, err := c.takeSlot(t+1, p)
 		if err != nil {
 			return 0, false, err
@@ -1028,6 +1051,7 @@ func (c *Cache) commit() {
 	}
 	c.releaseSpare()
 	t.defCopies, t.defMoves = t.defCopies[:0], t.defMoves[:0]
+	t.toPlace = t.toPlace[:0]
 	t.undo = t.undo[:0]
 	t.temps = t.temps[:0]
 	t.open, t.executing, t.committing = false, false, false
