@@ -162,15 +162,17 @@ type Config struct {
 	// first unit in the pool, inserted with an Entry whose Size is the
 	// pool's units per block and whose Layer is 0 (PoolInfo.KeyUnits).
 	// A block's units in a pool then leave a tier together, when none of
-	// them there is pinned, and the policy is told of a block once where
-	// it was told of each unit (a block's hits once per operation): a miss
-	// or a decode step costs per block what it cost per unit
-	// (BENCHMARKS.md, "block keys"). Use it when the units of a block
-	// share fate, as they do under dense attention, sliding windows
-	// included (each window is a pool of its own). Leave it off for
-	// sparse access that pins a few units of each block (BSA), where a
-	// block's unselected units could otherwise be evicted on their own,
-	// and for a policy that weighs units by layer.
+	// them there is pinned (with an Engine, the GPU victims whose slots
+	// the operation does not take are dropped rather than moved down),
+	// and the policy is told of a block once where it was told of each
+	// unit (a block's hits once per operation): the policy's share of a
+	// miss or a decode step is paid per block, and a miss costs about
+	// 0.73 times as much (BENCHMARKS.md, "Block keys"). Use it when the
+	// units of a block share fate, as they do under dense attention,
+	// sliding windows included (each window is a pool of its own). Leave
+	// it off for sparse access that pins a few units of each block (BSA),
+	// where a block's unselected units could otherwise be evicted on
+	// their own, and for a policy that weighs units by layer.
 	BlockKeys bool
 }
 
