@@ -406,3 +406,39 @@ func TestCallbackGoexitIsContained(t *testing.T) {
 		require.ErrorContains(t, err, "Goexit")
 	})
 }
+
+// TestMoverPanicThenPolicyPanic: when a policy panics while the victims a
+// panicking Mover may have written are dropped, the cache is poisoned, and
+// the failed call says so (ErrPolicy beside ErrCopyFailed) instead of
+// leaving it for the next call to find (found by a review).
+func TestMoverPanicThenPolicyPanic(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	gpu, cpu := Capacity{Units: 4}, Capacity{Units: 2}
+	store, err := NewMemoryStore(l, GPUAndCPU(gpu, cpu))
+	require.NoError(t, err)
+	m := &panickyMover{inner: store}
+	var cp *panickyPolicy
+	tiers := GPUAndCPU(gpu, cpu)
+	tiers[1].Policy = func(info PoolInfo) (eviction.Policy[UnitID], error) {
+		p, err := LRUPolicy()(info)
+		cp = &panickyPolicy{Policy: p, method: "Remove"}
+		return cp, err
+	}
+	c, err := New(Config{Layout: l, Tiers: tiers, Mover: m})
+	require.NoError(t, err)
+	for _, base := range []uint32{0, 100, 200} {
+		p, err := c.Acquire(Request{Tokens: seqTokens(4, base)})
+		require.NoError(t, err)
+		finish(t, c, p.Seq)
+	}
+	// As in TestMoverPanicIsRecovered, the first block's units on the
+	// CPU are dropped after the rollback; the CPU policy panics in their
+	// Remove.
+	m.armed, cp.at = true, 1
+	_, err = c.Acquire(Request{Tokens: seqTokens(4, 300)})
+	require.ErrorIs(t, err, ErrCopyFailed)
+	require.ErrorIs(t, err, ErrPolicy, "%v", err)
+	_, err = c.Acquire(Request{Tokens: seqTokens(4, 400)})
+	require.ErrorIs(t, err, ErrPolicy)
+	requireAccountingExact(t, c)
+}

@@ -609,6 +609,11 @@ func (c *Cache) copyFailed(err error) error {
 		c.dropResident(u)
 	}
 	c.collectPending()
+	if c.poisoned != nil && !errors.Is(err, ErrPolicy) {
+		// A policy broke while told of the drops: the caller learns it
+		// now, not from its next call.
+		err = fmt.Errorf("%w; then %w", err, c.poisoned)
+	}
 	return err
 }
 
