@@ -3,6 +3,7 @@ package chunked
 import (
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"testing"
 	"unsafe"
 )
@@ -124,23 +125,35 @@ func TestSparseMatchesMap(t *testing.T) {
 // allocates more than one chunk, one directory block and the top level's
 // growth (a pointer per directory block), whatever the Array holds.
 func TestPushAllocatesOneChunk(t *testing.T) {
-	var a Array[[3]uint64]
 	elem := int(unsafe.Sizeof([3]uint64{}))
 	var ms runtime.MemStats
-	worst := uint64(0)
-	for i := range 4 * Len * DirLen {
-		if i&(Len-1) != 0 {
+	// The bytes each chunk-opening Push allocated, the least of three
+	// runs: the runtime allocates a little of its own now and then (more
+	// under -race), counted in TotalAlloc, and that noise only adds.
+	var least []uint64
+	var a Array[[3]uint64]
+	for run := range 3 {
+		a = Array[[3]uint64]{}
+		k := 0
+		for i := range 4 * Len * DirLen {
+			if i&(Len-1) != 0 {
+				a.Push([3]uint64{})
+				continue
+			}
+			runtime.ReadMemStats(&ms)
+			before := ms.TotalAlloc
 			a.Push([3]uint64{})
-			continue
+			runtime.ReadMemStats(&ms)
+			if d := ms.TotalAlloc - before; run == 0 {
+				least = append(least, d)
+			} else {
+				least[k] = min(least[k], d)
+			}
+			k++
 		}
-		runtime.ReadMemStats(&ms)
-		before := ms.TotalAlloc
-		a.Push([3]uint64{})
-		runtime.ReadMemStats(&ms)
-		worst = max(worst, ms.TotalAlloc-before)
 	}
-	// (4 KiB of slack: the runtime allocates a little of its own now
-	// and then, counted in TotalAlloc.)
+	worst := slices.Max(least)
+	// (4 KiB of slack for the runtime's own allocations all the same.)
 	limit := uint64(Len*elem + DirLen*8 + 2*8*len(a.top) + 4096)
 	if worst > limit {
 		t.Fatalf("a Push allocated %d bytes, limit %d (chunk %d, directory block %d)", worst, limit, Len*elem, DirLen*8)
