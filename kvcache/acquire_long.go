@@ -13,6 +13,9 @@ import (
 type longAcquire struct {
 	req Request
 	s   *sequence
+	// hitKeys are the block keys whose hits the Acquire reported (see
+	// arena.access), while it reports them.
+	hitKeys map[UnitID]struct{}
 	// prefetch makes it a long Prefetch: the whole cached prefix (capped
 	// by MaxLoadTokens) is brought up, nothing is computed, no lookup
 	// counted, and the units are left unpinned at the end.
@@ -493,11 +496,13 @@ func (op *longAcquire) record(c *Cache) {
 func (op *longAcquire) tell(c *Cache) func() error {
 	return func() error {
 		bud := c.newBudget()
-		c.newHits()
+		if op.told == 0 && c.blockKeys {
+			op.hitKeys = make(map[UnitID]struct{})
+		}
 		for ; op.told < len(op.hits) && (bud.units == 0 || !bud.spent()); op.told++ {
 			u := op.hits[op.told]
 			if c.units.current(u, c.geom.slices) && c.units.tierOf(u) == GPU {
-				c.tiers.arena(GPU, c.poolOf(u)).access(u)
+				c.tiers.arena(GPU, c.poolOf(u)).access(u, op.hitKeys)
 			}
 			bud.units++
 		}

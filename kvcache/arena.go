@@ -65,6 +65,7 @@ type arena struct {
 	keyUnits, keySlice int
 	groups             chunked.Array[groupCount]
 	stuck              int
+	keys               int // blocks with a tracked unit: the policy's keys
 	spare              []spareSlot
 	spareNext          int // the next spare slot to take
 	victims            []UnitID
@@ -72,8 +73,6 @@ type arena struct {
 	// counts (which never move: see chunked.Array).
 	lastGroup int32
 	lastCount *groupCount
-	// hitKey is the block key whose hit access reported last.
-	hitKey UnitID
 
 	// counters for Stats
 	hits, misses, evictions, drops, lost uint64
@@ -252,26 +251,18 @@ func (a *arena) evict() (UnitID, bool) {
 }
 
 // access reports a hit on u to the policy: under block keys, on its
-// block's key, once per block in a run of hits (see newHits).
-func (a *arena) access(u UnitID) {
+// block's key, once per block among the hits seen records (the caller's
+// operation: a set it clears when the operation starts reporting).
+func (a *arena) access(u UnitID, seen map[UnitID]struct{}) {
 	if a.grouped() {
 		k := a.keyOf(u)
-		if k == a.hitKey {
+		if _, ok := seen[k]; ok {
 			return
 		}
-		a.hitKey, u = k, k
+		seen[k] = struct{}{}
+		u = k
 	}
 	a.policyAccess(u)
-}
-
-// newHits starts a run of hits to report (see access): a block hit again
-// is reported again.
-func (c *Cache) newHits() {
-	if c.blockKeys {
-		for _, a := range c.tiers.levels[0].arenas {
-			a.hitKey = noUnit
-		}
-	}
 }
 
 // forget tells a policy that keeps history that u is gone for good (see

@@ -28,10 +28,10 @@ import (
 // effect on the block (pinEffect). Eviction takes every unit of the block
 // the arena tracks; the slots the operation does not need at once wait in
 // spare for its next placements in that arena (see spareSlot). With an
-// Engine, a GPU victim whose slot the operation will not take is dropped,
-// not moved down: a move would keep its slot until the move is done,
-// capacity a long operation's reservation counts on (releaseSpare keeps
-// the slots below the GPU that way). Where units of a block really differ
+// Engine, a slot the operation does not take stays its victim's until the
+// victim's move down is done (releaseSpare): on the GPU, where a long
+// operation's reservation may count on that capacity, a block the
+// operation will not use whole is dropped instead, whole. Where units of a block really differ
 // (sparse access that pins a few units of a block, a transfer that failed
 // for one layer) the per-unit state is unchanged: only eviction is per
 // block.
@@ -95,6 +95,12 @@ func (a *arena) change(u UnitID, dt, dp int32) (before, after groupCount) {
 	g.pinned += dp
 	after = *g
 	a.stuck += after.stuck() - before.stuck()
+	switch {
+	case before.tracked == 0 && after.tracked > 0:
+		a.keys++
+	case before.tracked > 0 && after.tracked == 0:
+		a.keys--
+	}
 	return before, after
 }
 
@@ -230,6 +236,7 @@ func (a *arena) evictBlock() (units []UnitID, ok bool, err error) {
 	}
 	a.tracked -= int(g.tracked)
 	g.tracked = 0
+	a.keys--
 	return units, true, nil
 }
 
@@ -381,6 +388,9 @@ func (a *arena) checkGroups(want map[int32]groupCount, policies bool) error {
 	}
 	if len(a.spare) > 0 {
 		return fmt.Errorf("%s: %d spare slots outside an operation", a.tier, len(a.spare))
+	}
+	if keys != a.keys {
+		return fmt.Errorf("%s: %d blocks tracked counted, %d by the blocks", a.tier, a.keys, keys)
 	}
 	if policies && a.policy.Len() != keys {
 		return fmt.Errorf("%s: policy has %d keys, %d blocks tracked", a.tier, a.policy.Len(), keys)

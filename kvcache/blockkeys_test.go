@@ -199,3 +199,154 @@ func TestBlockKeysUnusedSlotsKeepReservations(t *testing.T) {
 		})
 	}
 }
+
+// brokenAfterPanic panics in Access once armed, and in every call after
+// that (Len included): a user policy whose state its panic left broken.
+type brokenAfterPanic struct {
+	eviction.Policy[UnitID]
+	armed, broken bool
+}
+
+func (p *brokenAfterPanic) Access(k UnitID) {
+	if p.armed {
+		p.broken = true
+		panic("Access bug")
+	}
+	p.Policy.Access(k)
+}
+
+func (p *brokenAfterPanic) Len() int {
+	if p.broken {
+		panic("Len of a broken policy")
+	}
+	return p.Policy.Len()
+}
+
+// A policy that panicked is not called again and the cache contains its
+// panic (ErrPolicy): under block keys the metadata estimate of every
+// call's Stats called the broken policy's Len, unguarded (found by a
+// review); the arena counts its keys instead.
+func TestBlockKeysBrokenPolicyNotCalledByStats(t *testing.T) {
+	for _, bk := range []bool{false, true} {
+		t.Run(keysName(bk), func(t *testing.T) {
+			l := blockKeysLayout(t, 4)
+			var gp *brokenAfterPanic
+			factory := func(info PoolInfo) (eviction.Policy[UnitID], error) {
+				p := &brokenAfterPanic{Policy: eviction.NewLRU[UnitID]()}
+				if info.Tier == GPU {
+					gp = p
+				}
+				return p, nil
+			}
+			c, err := New(Config{Layout: l, Tiers: tiersOf(Capacity{Units: 16}, Capacity{}, factory, nil), BlockKeys: bk})
+			require.NoError(t, err)
+			a, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
+			require.NoError(t, err)
+			finish(t, c, a.Seq)
+			gp.armed = true
+			require.NotPanics(t, func() {
+				_, err = c.Acquire(Request{Tokens: seqTokens(8, 0)})
+			})
+			require.ErrorIs(t, err, ErrPolicy)
+		})
+	}
+}
+
+// A long Acquire reports a block's hits once, as a short one does (found
+// by a review: a block whose hits two of its steps shared was reported
+// twice).
+func TestBlockKeysLongAcquireHitsOncePerBlock(t *testing.T) {
+	for _, slice := range []int{1024, 3} {
+		t.Run(map[int]string{1024: "short", 3: "long"}[slice], func(t *testing.T) {
+			l := blockKeysLayout(t, 4) // 4 units per block
+			var gp *accessCounter
+			factory := func(info PoolInfo) (eviction.Policy[UnitID], error) {
+				p := &accessCounter{Policy: eviction.NewLRU[UnitID](), accesses: map[UnitID]int{}}
+				if info.Tier == GPU {
+					gp = p
+				}
+				return p, nil
+			}
+			c, err := New(Config{Layout: l, Tiers: tiersOf(Capacity{Units: 32}, Capacity{}, factory, nil), BlockKeys: true})
+			require.NoError(t, err)
+			a, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
+			require.NoError(t, err)
+			finish(t, c, a.Seq)
+			c.sliceUnits = slice
+			d, err := c.Acquire(Request{Tokens: seqTokens(9, 0)}) // 2 cached blocks hit, 8 units
+			require.NoError(t, err)
+			require.Equal(t, 8, d.Hits)
+			require.Len(t, gp.accesses, 2)
+			for k, n := range gp.accesses {
+				require.Equal(t, 1, n, "block key %d reported %d times", k, n)
+			}
+		})
+	}
+}
+
+// Under BSA a SparseAccess's needs run KV head by KV head: each block hit
+// is reported once all the same (found by a review: once per head, 4
+// Access calls for 2 blocks here).
+func TestBlockKeysSparseHitsOncePerBlock(t *testing.T) {
+	l := tinyLayout(t, layout.BSA, nil) // 2 layers x 2 KV heads: 4 units per block, one pool
+	var gp *accessCounter
+	factory := func(info PoolInfo) (eviction.Policy[UnitID], error) {
+		p := &accessCounter{Policy: eviction.NewLRU[UnitID](), accesses: map[UnitID]int{}}
+		if info.Tier == GPU {
+			gp = p
+		}
+		return p, nil
+	}
+	c, err := New(Config{Layout: l, Tiers: tiersOf(Capacity{Units: 32}, Capacity{}, factory, nil), BlockKeys: true})
+	require.NoError(t, err)
+	a, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
+	require.NoError(t, err)
+	finish(t, c, a.Seq)
+	s, err := c.Acquire(Request{Tokens: seqTokens(9, 0), Sparse: true})
+	require.NoError(t, err)
+	sel := Selection{Layer: 0, Blocks: [][]int{{0, 1}, {0, 1}}}
+	var res SparseResult
+	require.NoError(t, c.SparseAccess(s.Seq, sel, &res))
+	require.Equal(t, 4, res.Hits)
+	n := 0
+	for _, k := range gp.accesses {
+		n += k
+	}
+	require.Equal(t, 2, n, "Access calls for 2 blocks hit: %v", gp.accesses)
+}
+
+// With an Engine and a free-slot count that is not a multiple of a block,
+// the Acquire of one new block takes the 2 free slots and evicts block A,
+// of whose 4 units it takes 2: A moves to the CPU whole, and is reused
+// (found by a review: with no reservation to keep, 2 of its units were
+// dropped and 2 moved, and A was recomputed).
+func TestBlockKeysEvictionKeepsBlocksWhole(t *testing.T) {
+	for _, bk := range []bool{false, true} {
+		t.Run(keysName(bk), func(t *testing.T) {
+			l := blockKeysLayout(t, 4) // 4 units per block
+			tiers := GPUAndCPU(Capacity{Units: 14}, Capacity{Units: 32})
+			store, err := NewMemoryStore(l, tiers)
+			require.NoError(t, err)
+			e := &queueEngine{store: store}
+			c, err := New(Config{Layout: l, Tiers: tiers, Engine: e, BlockKeys: bk})
+			require.NoError(t, err)
+			dense := func(tokens []uint32) Plan {
+				p, err := c.Acquire(Request{Tokens: tokens})
+				require.NoError(t, err)
+				e.completeAll(t, c)
+				finish(t, c, p.Seq)
+				e.completeAll(t, c)
+				return p
+			}
+			A := seqTokens(4, 1000)
+			dense(A)
+			dense(seqTokens(4, 2000))
+			dense(seqTokens(4, 3000)) // 12 units used, 2 free
+			dense(seqTokens(4, 4000)) // 2 free + 2 of A's slots
+			p := dense(append(slices.Clone(A), 7))
+			require.NoError(t, c.checkInvariants())
+			require.Zero(t, p.RecomputeTokens, "A was evicted whole to make room for 2 units: %+v", p.Counts)
+			require.Equal(t, 4, p.ReusedTokens)
+		})
+	}
+}

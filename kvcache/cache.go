@@ -110,6 +110,9 @@ func New(cfg Config) (*Cache, error) {
 		sliceUnits: defaultSliceUnits,
 	}
 	c.idle.L = &c.mu
+	if cfg.BlockKeys {
+		c.scratch.hits = make(map[UnitID]struct{})
+	}
 	if c.engine != nil {
 		c.xfer.init()
 		c.keyed, _ = c.engine.(KeyedEngine)
@@ -257,7 +260,7 @@ func (c *Cache) makeArena(info PoolInfo, f PolicyFactory) (*arena, error) {
 	}
 	a := newArena(c, info.Tier, info.Pool, info.Slots, p)
 	if info.KeyUnits > 1 {
-		a.keyUnits, a.keySlice, a.hitKey = info.KeyUnits, c.geom.pools[info.Pool].slices[0], noUnit
+		a.keyUnits, a.keySlice = info.KeyUnits, c.geom.pools[info.Pool].slices[0]
 	}
 	return a, nil
 }

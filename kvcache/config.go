@@ -162,8 +162,9 @@ type Config struct {
 	// first unit in the pool, inserted with an Entry whose Size is the
 	// pool's units per block and whose Layer is 0 (PoolInfo.KeyUnits).
 	// A block's units in a pool then leave a tier together, when none of
-	// them there is pinned (with an Engine, the GPU victims whose slots
-	// the operation does not take are dropped rather than moved down),
+	// them there is pinned (with an Engine, while a long operation holds
+	// a reservation, a GPU victim block whose slots an operation does not
+	// all take is dropped rather than moved down),
 	// and the policy is told of a block once where it was told of each
 	// unit (a block's hits once per operation): the policy's share of a
 	// miss or a decode step is paid per block, and a miss costs about

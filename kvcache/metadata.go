@@ -188,7 +188,7 @@ func (c *Cache) metadataBytes() int64 {
 	c.tiers.each(func(a *arena) {
 		if a.grouped() {
 			// A key per block (its policy's Len), and the block counts.
-			n += int64(a.policy.Len())*policyBytes + int64(a.groups.Len())*int64(unsafe.Sizeof(groupCount{}))
+			n += int64(a.keys)*policyBytes + int64(a.groups.Len())*int64(unsafe.Sizeof(groupCount{}))
 			return
 		}
 		n += int64(a.tracked) * policyBytes

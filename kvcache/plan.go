@@ -84,6 +84,9 @@ type scratch struct {
 	hashes []uint64
 	pools  []bool
 	copies []int
+	// hits is the set of block keys whose hits countLookups reported
+	// (block keys only; see arena.access).
+	hits map[UnitID]struct{}
 	// adopted and room are planAdoption's buffers.
 	adopted []adoptedUnit
 	room    []int
@@ -135,13 +138,14 @@ func (c *Cache) fillPlan(p *Plan, s *sequence) {
 // not a use for every policy (S3-FIFO counts hits in Access only). Policies
 // known to ignore it are skipped (see tellsHits).
 func (c *Cache) countLookups() {
-	c.newHits()
+	seen := c.scratch.hits
+	clear(seen)
 	for i := range c.tx.needs {
 		n := &c.tx.needs[i]
 		found := lookupTier(n)
 		if found == GPU {
 			if a := c.tiers.arena(GPU, c.poolOf(n.u)); a.tellHits {
-				a.access(n.u)
+				a.access(n.u, seen)
 			}
 		}
 		c.countLookup(c.poolOf(n.u), found, 1)

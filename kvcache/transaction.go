@@ -609,7 +609,7 @@ func (c *Cache) copyFailed(err error) error {
 		c.dropResident(u)
 	}
 	c.collectPending()
-	if c.poisoned != nil && !errors.Is(err, ErrPolicy) {
+	if c.poisoned != nil && errors.Is(c.poisoned, ErrPolicy) && !errors.Is(err, ErrPolicy) {
 		// A policy broke while told of the drops: the caller learns it
 		// now, not from its next call.
 		err = fmt.Errorf("%w; then %w", err, c.poisoned)
@@ -665,18 +665,16 @@ func (c *Cache) evictBlock(a *arena, t Tier, p int) (slot int32, ok bool, err er
 	}
 	slot = -1
 	tx := &c.tx
-	keep := len(vs)
-	if t == GPU && c.engine != nil && p < len(tx.toPlace) {
-		// With an Engine, a slot left unused at the end of the
-		// operation would stay its victim's until the victim's move
-		// down is done (see releaseSpare): GPU capacity a reservation
-		// counted on. So the victims whose slots the operation will not
-		// take are dropped: nothing reads their slots.
-		keep = max(1, tx.toPlace[p])
-	}
+	// With an Engine, a slot left unused at the end of the operation
+	// stays its victim's until the victim's move down is done (see
+	// releaseSpare): GPU capacity that a long operation's reservation may
+	// count on. Where one is held and the operation will not take every
+	// slot of the block, the block is dropped, whole: nothing reads its
+	// slots, and no part of it is left below without the rest.
+	drop := t == GPU && c.engine != nil && a.reserved > 0 && p < len(tx.toPlace) && tx.toPlace[p] < len(vs)
 	for i, v := range vs {
 		b0, m0 := len(tx.batch), len(tx.moves)
-		s, ok, err := c.evictUnit(a, t, p, v, i >= keep)
+		s, ok, err := c.evictUnit(a, t, p, v, drop)
 		if err != nil || !ok {
 			// The cache is poisoned (a policy below broke): the
 			// victims not evicted yet are counted as before, so that
@@ -699,9 +697,9 @@ func (c *Cache) evictBlock(a *arena, t Tier, p int) (slot int32, ok bool, err er
 }
 
 // evictUnit evicts victim v, which arena a (tier t, pool p) no longer
-// tracks, and returns its slot; drop says to drop it unless it moves down
-// without a copy (to its backup). It fails only when v is not a victim the
-// policy could return (the cache is poisoned).
+// tracks, and returns its slot; drop says to drop it (the Decider is not
+// asked). It fails only when v is not a victim the policy could return
+// (the cache is poisoned).
 func (c *Cache) evictUnit(a *arena, t Tier, p int, v UnitID, drop bool) (slot int32, ok bool, err error) {
 	tx := &c.tx
 	if s, ok := c.isBackupVictim(a, v); ok {
@@ -724,7 +722,7 @@ func (c *Cache) evictUnit(a *arena, t Tier, p int, v UnitID, drop bool) (slot in
 	s := c.units.slotOf(v)
 	tx.log(undoRec{kind: undoSlot, tier: t, pool: int32(p), slot: s, u: v})
 	to := int32(-1)
-	moved := t < c.tiers.last() && c.shouldMove(v, t, p)
+	moved := !drop && t < c.tiers.last() && c.shouldMove(v, t, p)
 	if st := c.units.of(v); moved && t+1 == c.wt.tier && c.hasBackup(st) {
 		// Written through already: the backup becomes its location at
 		// commit. Pinned there meanwhile, so that the tier's policy
@@ -735,7 +733,7 @@ func (c *Cache) evictUnit(a *arena, t Tier, p int, v UnitID, drop bool) (slot in
 		tx.victims = append(tx.victims, victim{u: v, tier: t, pool: int32(p), slot: s, to: bs, backup: true})
 		return s, true, nil
 	}
-	if moved && !drop {
+	if moved {
 		ds, ok, err := c.takeSlot(t+1, p)
 		if err != nil {
 			return 0, false, err
