@@ -19,38 +19,44 @@ func (p *accessCounter) Access(k UnitID) {
 	p.Policy.Access(k)
 }
 
+// gpuAccessCounter returns a factory of accessCounters and where the GPU
+// arena's is once the cache is built.
+func gpuAccessCounter() (PolicyFactory, **accessCounter) {
+	gp := new(*accessCounter)
+	return func(info PoolInfo) (eviction.Policy[UnitID], error) {
+		p := &accessCounter{Policy: eviction.NewLRU[UnitID](), accesses: map[UnitID]int{}}
+		if info.Tier == GPU {
+			*gp = p
+		}
+		return p, nil
+	}, gp
+}
+
 // TestHitsReachThePolicy: a unit found on the GPU is a hit for the policy
 // too (eviction.Policy.Access), for a dense Acquire and a SparseAccess, and
 // a failed operation reports none.
 func TestHitsReachThePolicy(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, nil)
-	var gp *accessCounter
-	factory := func(info PoolInfo) (eviction.Policy[UnitID], error) {
-		p := &accessCounter{Policy: eviction.NewLRU[UnitID](), accesses: map[UnitID]int{}}
-		if info.Tier == GPU {
-			gp = p
-		}
-		return p, nil
-	}
+	factory, gpp := gpuAccessCounter()
 	c, err := New(Config{Layout: l, Tiers: tiersOf(Capacity{Units: 6}, Capacity{}, factory, nil)})
 	require.NoError(t, err)
 	prompt := seqTokens(8, 0)
 	a, err := c.Acquire(Request{Tokens: prompt})
 	require.NoError(t, err)
-	require.Empty(t, gp.accesses, "fresh units are not hits")
+	require.Empty(t, (*gpp).accesses, "fresh units are not hits")
 	require.NoError(t, c.Commit(a.Seq, len(prompt))) // the prefill ran
 	b, err := c.Acquire(Request{Tokens: prompt})
 	require.NoError(t, err)
 	require.Equal(t, 4, b.Hits)
-	require.Len(t, gp.accesses, 4)
-	for _, n := range gp.accesses {
+	require.Len(t, (*gpp).accesses, 4)
+	for _, n := range (*gpp).accesses {
 		require.Equal(t, 1, n)
 	}
 	var res SparseResult
 	require.NoError(t, c.SparseAccess(b.Seq, byQueryHeads(c.Layout(), 1, [][]int64{{0}, nil, {1}, nil}), &res))
 	require.Equal(t, 2, res.Hits)
 	total := 0
-	for _, n := range gp.accesses {
+	for _, n := range (*gpp).accesses {
 		total += n
 	}
 	require.Equal(t, 6, total)
@@ -59,7 +65,7 @@ func TestHitsReachThePolicy(t *testing.T) {
 	_, err = c.Acquire(Request{Tokens: append(seqTokens(8, 0), seqTokens(8, 50)...)})
 	require.ErrorIs(t, err, ErrNoSpace)
 	total = 0
-	for _, n := range gp.accesses {
+	for _, n := range (*gpp).accesses {
 		total += n
 	}
 	require.Equal(t, 6, total)

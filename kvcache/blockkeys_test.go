@@ -101,14 +101,7 @@ func TestBlockKeysCapacityPinnedBlockCostsNothing(t *testing.T) {
 // its first layer, was).
 func TestBlockKeysHitsReportedOncePerBlock(t *testing.T) {
 	l := blockKeysLayout(t, 4)
-	var gp *accessCounter
-	factory := func(info PoolInfo) (eviction.Policy[UnitID], error) {
-		p := &accessCounter{Policy: eviction.NewLRU[UnitID](), accesses: map[UnitID]int{}}
-		if info.Tier == GPU {
-			gp = p
-		}
-		return p, nil
-	}
+	factory, gpp := gpuAccessCounter()
 	c, err := New(Config{Layout: l, Tiers: tiersOf(Capacity{Units: 16}, Capacity{}, factory, nil), BlockKeys: true})
 	require.NoError(t, err)
 	a, err := c.Acquire(Request{Tokens: seqTokens(4, 0)})
@@ -116,7 +109,7 @@ func TestBlockKeysHitsReportedOncePerBlock(t *testing.T) {
 	finish(t, c, a.Seq)
 	total := func() int {
 		n := 0
-		for _, k := range gp.accesses {
+		for _, k := range (*gpp).accesses {
 			n += k
 		}
 		return n
@@ -135,7 +128,7 @@ func TestBlockKeysHitsReportedOncePerBlock(t *testing.T) {
 	d, err := c.Acquire(Request{Tokens: seqTokens(5, 0)})
 	require.NoError(t, err)
 	require.Equal(t, 2, total(), "a dense hit on the block's 4 units, once")
-	require.Len(t, gp.accesses, 1, "on the block's key")
+	require.Len(t, (*gpp).accesses, 1, "on the block's key")
 	require.NoError(t, c.Release(d.Seq))
 }
 
@@ -259,14 +252,7 @@ func TestBlockKeysLongAcquireHitsOncePerBlock(t *testing.T) {
 	for _, slice := range []int{1024, 3} {
 		t.Run(map[int]string{1024: "short", 3: "long"}[slice], func(t *testing.T) {
 			l := blockKeysLayout(t, 4) // 4 units per block
-			var gp *accessCounter
-			factory := func(info PoolInfo) (eviction.Policy[UnitID], error) {
-				p := &accessCounter{Policy: eviction.NewLRU[UnitID](), accesses: map[UnitID]int{}}
-				if info.Tier == GPU {
-					gp = p
-				}
-				return p, nil
-			}
+			factory, gpp := gpuAccessCounter()
 			c, err := New(Config{Layout: l, Tiers: tiersOf(Capacity{Units: 32}, Capacity{}, factory, nil), BlockKeys: true})
 			require.NoError(t, err)
 			a, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
@@ -276,8 +262,8 @@ func TestBlockKeysLongAcquireHitsOncePerBlock(t *testing.T) {
 			d, err := c.Acquire(Request{Tokens: seqTokens(9, 0)}) // 2 cached blocks hit, 8 units
 			require.NoError(t, err)
 			require.Equal(t, 8, d.Hits)
-			require.Len(t, gp.accesses, 2)
-			for k, n := range gp.accesses {
+			require.Len(t, (*gpp).accesses, 2)
+			for k, n := range (*gpp).accesses {
 				require.Equal(t, 1, n, "block key %d reported %d times", k, n)
 			}
 		})
@@ -289,14 +275,7 @@ func TestBlockKeysLongAcquireHitsOncePerBlock(t *testing.T) {
 // Access calls for 2 blocks here).
 func TestBlockKeysSparseHitsOncePerBlock(t *testing.T) {
 	l := tinyLayout(t, layout.BSA, nil) // 2 layers x 2 KV heads: 4 units per block, one pool
-	var gp *accessCounter
-	factory := func(info PoolInfo) (eviction.Policy[UnitID], error) {
-		p := &accessCounter{Policy: eviction.NewLRU[UnitID](), accesses: map[UnitID]int{}}
-		if info.Tier == GPU {
-			gp = p
-		}
-		return p, nil
-	}
+	factory, gpp := gpuAccessCounter()
 	c, err := New(Config{Layout: l, Tiers: tiersOf(Capacity{Units: 32}, Capacity{}, factory, nil), BlockKeys: true})
 	require.NoError(t, err)
 	a, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
@@ -309,10 +288,10 @@ func TestBlockKeysSparseHitsOncePerBlock(t *testing.T) {
 	require.NoError(t, c.SparseAccess(s.Seq, sel, &res))
 	require.Equal(t, 4, res.Hits)
 	n := 0
-	for _, k := range gp.accesses {
+	for _, k := range (*gpp).accesses {
 		n += k
 	}
-	require.Equal(t, 2, n, "Access calls for 2 blocks hit: %v", gp.accesses)
+	require.Equal(t, 2, n, "Access calls for 2 blocks hit: %v", (*gpp).accesses)
 }
 
 // With an Engine and a free-slot count that is not a multiple of a block,
