@@ -35,6 +35,10 @@ type Cache struct {
 	// operations under way.
 	sliceUnits int
 	long       int
+	// afterStep, when a test sets it, is called between two steps of a
+	// long operation (the lock not held) with the operation's method
+	// name, so that a test can be the caller a step lets in.
+	afterStep func(call string)
 	// idle wakes the calls that wait for a sequence a long Commit is
 	// committing (see waitIdle).
 	idle sync.Cond

@@ -128,10 +128,10 @@
 //
 // # Long operations
 //
-// No call holds the lock for longer than a step of bounded work, whatever
-// the prompt's length: an Acquire, Prefetch, Adopt, Commit (or the commit
-// an Append or Fork makes), Release or Abort over more units than a step
-// runs as a series of steps, each planned and committed under the lock as
+// No call that a server makes per request holds the lock for longer than a
+// step of bounded work, whatever the prompt's length: an Acquire, Prefetch,
+// Adopt, Commit (or the commit an Append or Fork makes), Fork, Release or
+// Abort over more units than a step runs as a series of steps, each planned and committed under the lock as
 // one transaction, and releases the lock between them, letting in first
 // the callers that wait for it. Steps have fixed sizes (units of work,
 // not time), so an operation plans the same thing in every run.
@@ -140,16 +140,19 @@
 // after any finished call: victims have moved or left, Stats counts it,
 // the event sink has heard of it. A long Acquire's sequence has no SeqID
 // until its last step; a released sequence is gone from its first. A
-// sequence being committed in steps shows its committed blocks in the
-// prefix tree (as a chunked prefill does) and makes the other calls on it
-// wait until the commit is done. A long Acquire reserves, in one step, the
+// sequence being committed or forked in steps shows its committed blocks
+// in the prefix tree (as a chunked prefill does) and makes the other calls
+// on it wait until the commit or Fork is done; a Fork's child has no SeqID
+// until its last step. A long Acquire reserves, in one step, the
 // GPU slots it will take: ErrNoSpace then, with nothing taken, or a
 // reservation that no other operation can take from it, so that running
 // out of room halfway cannot happen. A step that fails later (a Mover's
 // error, a policy's breach) is rolled back, and the operation is undone as
 // an Abort of its sequence would undo it: every pin and reference it took
 // is released, while what its earlier steps moved stays where it is.
-// Clear returns ErrBusy while a long operation is under way.
+// Clear returns ErrBusy while a long operation is under way. Not in steps:
+// Truncate, Admit and Blocks (their work grows with the blocks they touch)
+// and Clear (with the whole cache; it needs one with no live sequence).
 //
 // With a synchronous Mover every step pays for its copies under the lock,
 // so a long operation costs as many Mover calls as it has steps; a

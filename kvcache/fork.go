@@ -16,6 +16,10 @@ import (
 // the parent's tokens, as Append does (and that commit stays if the Fork
 // then fails).
 //
+// A Fork whose child pins more than a step's units runs in steps (see
+// Acquire); other calls on the parent wait for it meanwhile. It either
+// succeeds or leaves no child and no pin behind.
+//
 // It returns an error wrapping ErrUnknownSequence, ErrNoSpace or
 // ErrCopyFailed, or ErrBusy when a full block of the parent cannot be
 // committed yet because a transfer still moves one of its units (with a
@@ -40,28 +44,43 @@ func (c *Cache) fork(id SeqID, committed bool) (_ Plan, again bool, err error) {
 		err := c.commitInSteps("Fork", s, s.tokens.len(), &err)
 		return Plan{}, err == nil, err
 	}
+	if err == nil && c.longFork(s) {
+		p, err := c.forkInSteps(s, &err)
+		return p, false, err
+	}
 	defer c.unlock(&err)
 	if err != nil {
 		return Plan{}, false, err
 	}
-	p, err := c.forkOf(s)
+	if err := c.forkable(s); err != nil {
+		return Plan{}, false, err
+	}
+	p, err := c.forkOf(s, nil)
 	return p, false, err
 }
 
-// forkOf is Fork of s (Cache.mu held).
-func (c *Cache) forkOf(s *sequence) (Plan, error) {
-	id := s.id
+// forkable commits s's tokens for a Fork (Cache.mu held) and reports
+// whether s can be forked now.
+func (c *Cache) forkable(s *sequence) error {
 	// Fork copies the partial block now: its KV, and everything before
 	// it, is written, and the child shares only committed blocks.
 	c.commitThrough(s, s.tokens.len())
 	if c.poisoned != nil {
-		return Plan{}, c.poisoned // a merge met a policy that broke its contract
+		return c.poisoned // a merge met a policy that broke its contract
 	}
 	if full := s.tokens.len() / c.geom.blockTokens; s.firstPrivate < full {
 		// The commit waits for a transfer (commitThrough): the child
 		// could share only committed blocks.
-		return Plan{}, fmt.Errorf("%w: sequence %d has block %d in flight; fork it once Readiness reports no pending transfer", ErrBusy, id, s.firstPrivate)
+		return fmt.Errorf("%w: sequence %d has block %d in flight; fork it once Readiness reports no pending transfer", ErrBusy, s.id, s.firstPrivate)
 	}
+	return nil
+}
+
+// forkOf is Fork of s (Cache.mu held), whose tokens are committed
+// (forkable). cl, when not nil, is what the steps of a long Fork have
+// claimed already: the child's references to s's first cl.claimed blocks
+// and its pins of their units in its span.
+func (c *Cache) forkOf(s *sequence, cl *forkClaim) (Plan, error) {
 	c.begin(nil)
 	B := c.geom.blockTokens
 	child := &sequence{
@@ -80,7 +99,12 @@ func (c *Cache) forkOf(s *sequence) (Plan, error) {
 	nb := len(child.blocks)
 	cowDst, cowSrc := int32(-1), int32(-1)
 	full := s.tokens.len() / B
-	for i := range full {
+	old, same := pinSpan{}, 0
+	if cl != nil {
+		old, same = pinSpan{blocks: child.blocks[:cl.claimed], lo: cl.lo}, cl.claimed
+		child.tables = cl.child.tables
+	}
+	for i := same; i < full; i++ {
 		c.ref(child.blocks[i], child.sparse)
 	}
 	if full < nb {
@@ -105,7 +129,7 @@ func (c *Cache) forkOf(s *sequence) (Plan, error) {
 			firstPrivate = min(firstPrivate, i)
 		}
 	}
-	c.queuePins(pinSpan{}, child.span(), 0, cowDst, cowSrc)
+	c.queuePins(old, child.span(), same, cowDst, cowSrc)
 	if err := c.execute(); err != nil {
 		return Plan{}, err
 	}

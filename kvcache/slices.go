@@ -19,7 +19,8 @@ import "runtime"
 // long Acquire creates is invisible (no SeqID yet) until its last step;
 // one that Release ends is gone from the first. A long Commit shows the
 // blocks it committed so far in the prefix tree, as a chunked prefill
-// does; other calls on its sequence wait for it to finish (waitIdle).
+// does; other calls on its sequence wait for it to finish (waitIdle), as
+// they wait for a long Fork of it (see fork_long.go).
 //
 // A long dense Acquire is planned in three phases:
 //
@@ -96,6 +97,9 @@ func (c *Cache) step(call string, f func() error) (err error) {
 		defer c.unlock(&err)
 		err = f()
 	}()
+	if c.afterStep != nil {
+		c.afterStep(call)
+	}
 	c.yield()
 	return err
 }
