@@ -109,10 +109,10 @@ func (c *Cache) admitDense(keys radix.Keys, nodes []*radix.Node[int32], req Requ
 			continue
 		}
 		clear(counted)
+		states := c.units.statesOf(n.Value)
 		for sl := range g.slices {
-			u := c.units.id(n.Value, sl)
 			p := g.slicePool[sl]
-			switch st := c.units.of(u); st.tier {
+			switch st := &states[sl]; st.tier {
 			case GPU:
 				a := c.tiers.arena(GPU, int(p))
 				switch {

@@ -33,13 +33,14 @@ func (c *Cache) Blocks(dst []CachedBlock) ([]CachedBlock, error) {
 		ph, hp := n.ParentHash()
 		keys := n.Keys()
 		m := GPU
+		states := c.units.statesOf(n.Value)
 		for sl := range c.geom.slices {
-			u := c.units.id(n.Value, sl)
-			if !c.hasBytes(u) {
-				m = Dropped
+			st := &states[sl]
+			if st.tier == Dropped || st.flags&unitUnwritten != 0 {
+				m = Dropped // no bytes (see hasBytes)
 				break
 			}
-			m = max(m, c.units.tierOf(u))
+			m = max(m, st.tier)
 		}
 		dst = append(dst, CachedBlock{Hash: n.Hash(), ParentHash: ph, HasParent: hp,
 			Namespace: keys.Namespace, LoRA: keys.LoRA, Medium: m})

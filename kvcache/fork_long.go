@@ -158,13 +158,13 @@ func (c *Cache) forkClaimStep(s *sequence, cl *forkClaim, full int) error {
 // in the span from lo is a settled hit: on the GPU, with bytes, and no
 // transfer bringing them.
 func (c *Cache) settledIn(b int32, i int, lo []int32) bool {
-	base := c.units.base(b)
+	states := c.units.statesOf(b)
 	for p, pg := range c.geom.pools {
 		if i < int(lo[p]) {
 			continue
 		}
 		for _, sl := range pg.slices {
-			st := c.units.of(base | UnitID(sl))
+			st := &states[sl]
 			if st.tier != GPU || st.flags&unitUnwritten != 0 || st.loading() {
 				return false
 			}

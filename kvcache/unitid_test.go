@@ -95,3 +95,31 @@ func TestUnitIDOfAFreedBlockIsStale(t *testing.T) {
 	require.Equal(t, before, c.Stats())
 	require.NoError(t, c.checkInvariants())
 }
+
+// TestStatesOf checks that statesOf gives every unit's state of a record,
+// by slice, both when a record's states lie in one chunk of the state
+// array (a slice of it) and when records are wider than a chunk (a copy).
+func TestStatesOf(t *testing.T) {
+	for _, shift := range []uint{0, 5, 8, 9} {
+		t.Run(fmt.Sprint(shift), func(t *testing.T) {
+			ut, err := newUnitTable(shift)
+			require.NoError(t, err)
+			var recs []int32
+			for i := range 5 {
+				recs = append(recs, ut.alloc(i, 5, 0, 0))
+			}
+			for _, b := range recs {
+				for s := range 1 << shift {
+					ut.of(ut.id(b, s)).slot = int32(int(b)*100000 + s)
+				}
+			}
+			for _, b := range recs {
+				states := ut.statesOf(b)
+				require.Len(t, states, 1<<shift)
+				for s := range states {
+					require.Equal(t, int32(int(b)*100000+s), states[s].slot, "record %d slice %d", b, s)
+				}
+			}
+		})
+	}
+}

@@ -54,6 +54,9 @@ type unitTable struct {
 
 	recs   chunked.Array[blockRec]
 	states chunked.Array[unitState]
+	// scratch holds the copy statesOf returns for a record whose states
+	// span chunks.
+	scratch []unitState
 
 	// free is the last freed record, the top of the stack of records to
 	// reuse (chained through blockRec.hollowNext); noBlock when none.
@@ -263,6 +266,25 @@ func (t *unitTable) current(u UnitID, slices int) bool {
 
 // of returns the state of unit u, to read or write.
 func (t *unitTable) of(u UnitID) *unitState { return t.states.At(int(t.ix(u))) }
+
+// statesOf returns the states of block record b's units, indexed by
+// slice. A record's states lie in one chunk of the state array when the
+// chunk holds whole records, which the hot loops over a block's units
+// read as a slice (one lookup per block instead of one per unit);
+// otherwise they are copied into a scratch slice, valid until the next
+// call, and writes to it are lost.
+func (t *unitTable) statesOf(b int32) []unitState {
+	n := 1 << t.sliceShift
+	i := int(b) << t.sliceShift
+	if span := t.states.Span(i, n); span != nil {
+		return span
+	}
+	t.scratch = t.scratch[:0]
+	for k := range n {
+		t.scratch = append(t.scratch, *t.states.At(i + k))
+	}
+	return t.scratch
+}
 
 // tierOf, slotOf and pinsOf read a unit's state.
 func (t *unitTable) tierOf(u UnitID) Tier  { return t.of(u).tier }

@@ -49,6 +49,18 @@ func (a *Array[T]) At(i int) *T {
 	return &a.top[i>>(Shift+dirShift)][i>>Shift&(DirLen-1)][i&(Len-1)]
 }
 
+// Span returns elements [i, i+n) as a slice of their chunk, which must
+// be below Len(), when they lie in one chunk (i%Len + n <= Len), and nil
+// otherwise. The slice aliases the Array: writes through it are writes
+// to the elements.
+func (a *Array[T]) Span(i, n int) []T {
+	o := i & (Len - 1)
+	if o+n > Len {
+		return nil
+	}
+	return a.top[i>>(Shift+dirShift)][i>>Shift&(DirLen-1)][o : o+n : o+n]
+}
+
 // Len returns the number of elements.
 func (a *Array[T]) Len() int { return a.n }
 

@@ -59,6 +59,38 @@ func TestArrayMatchesSlice(t *testing.T) {
 	}
 }
 
+// TestSpan checks that Span gives the elements of one chunk as a slice
+// that aliases the Array, and nil for a range that crosses chunks.
+func TestSpan(t *testing.T) {
+	var a Array[int]
+	for i := range 3 * Len {
+		a.Push(i)
+	}
+	for _, tc := range []struct{ i, n int }{{0, Len}, {Len, 32}, {Len + 224, 32}, {2*Len + 5, 7}, {0, 0}} {
+		sp := a.Span(tc.i, tc.n)
+		if len(sp) != tc.n || cap(sp) != tc.n {
+			t.Fatalf("Span(%d, %d): len %d cap %d", tc.i, tc.n, len(sp), cap(sp))
+		}
+		for k, v := range sp {
+			if v != tc.i+k {
+				t.Fatalf("Span(%d, %d)[%d] = %d", tc.i, tc.n, k, v)
+			}
+		}
+		if tc.n > 0 {
+			sp[0] = -1
+			if *a.At(tc.i) != -1 {
+				t.Fatalf("Span(%d, %d): a write through it did not reach the Array", tc.i, tc.n)
+			}
+			*a.At(tc.i) = tc.i
+		}
+	}
+	for _, tc := range []struct{ i, n int }{{Len - 1, 2}, {Len + 200, 57}, {0, Len + 1}} {
+		if sp := a.Span(tc.i, tc.n); sp != nil {
+			t.Fatalf("Span(%d, %d) crosses a chunk but returned %d elements", tc.i, tc.n, len(sp))
+		}
+	}
+}
+
 // TestArrayElementsStay checks that a pointer to an element stays valid
 // and points at the element however much the Array grows.
 func TestArrayElementsStay(t *testing.T) {
