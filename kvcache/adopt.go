@@ -2,6 +2,7 @@ package kvcache
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/kvtier/kvtier/eviction"
 	"github.com/kvtier/kvtier/radix"
@@ -45,7 +46,8 @@ func (c *Cache) Adopt(req Request, blocks int, t Tier) (_ int, err error) {
 		return 0, err
 	}
 	if !c.isLong(blocks * c.geom.slices) {
-		_, n, err := c.adoptRange(req, 0, blocks, t, nil)
+		var pr adoptProgress
+		n, err := c.adoptRange(req, 0, blocks, t, &pr)
 		c.unlock(&err)
 		return n, err
 	}
@@ -63,10 +65,8 @@ func (c *Cache) Adopt(req Request, blocks int, t Tier) (_ int, err error) {
 	}()
 	per := max(1, c.placeBudget().max/c.geom.slices)
 	n := 0
-	// known is the prefix each step found cached or adopted, from which
-	// the next step goes on (a match from the first block at every step
-	// made a long Adopt quadratic in the prompt).
-	var known []*radix.Node[int32]
+	// pr is what each step found, from which the next goes on.
+	var pr adoptProgress
 	for lo := 0; lo < blocks; lo += per {
 		hi := min(blocks, lo+per)
 		if err := c.step("Adopt", func() error {
@@ -74,7 +74,7 @@ func (c *Cache) Adopt(req Request, blocks int, t Tier) (_ int, err error) {
 				return c.poisoned
 			}
 			var err error
-			known, n, err = c.adoptRange(req, lo, hi, t, known)
+			n, err = c.adoptRange(req, lo, hi, t, &pr)
 			return err
 		}); err != nil {
 			return 0, err
@@ -86,14 +86,38 @@ func (c *Cache) Adopt(req Request, blocks int, t Tier) (_ int, err error) {
 	return n, nil
 }
 
+// adoptProgress is what the steps of a long Adopt pass on, so that each
+// goes on from what the one before found rather than from the first block
+// (looking at every block of the prefix again at every step made a long
+// Adopt quadratic in the prompt):
+//
+//   - known, the nodes of the prompt's cached prefix up to the step's last
+//     block (see adoptMatch);
+//   - whole, how many of them, from the first, were whole when the step
+//     looked, and losses, Cache.losses then. While losses has not moved
+//     no block has lost a unit, so those blocks are whole still, and while
+//     known's last node is in the tree they are the prompt's first nodes.
+type adoptProgress struct {
+	known  []*radix.Node[int32]
+	whole  int
+	losses uint64
+}
+
+// knownLive reports whether known, the prefix an earlier step of an Adopt
+// found, is in the tree still: its last node is (then so are the others:
+// a node's ancestors outlive it).
+func (c *Cache) knownLive(known []*radix.Node[int32]) bool {
+	return len(known) > 0 && c.tree.Owns(known[len(known)-1])
+}
+
 // adoptMatch returns the nodes of the cached prefix of req's first hi
 // blocks (Cache.mu held): known, the prefix an earlier step of the same
-// Adopt found, extended block by block while its last node is still in the
-// tree (then so are the others: a node's ancestors outlive it), or else a
-// match from the first block. The nodes are in known's buffer, not in the
-// cache's scratch: a long Adopt keeps them across its steps.
+// Adopt found, extended block by block while it is in the tree
+// (knownLive), or else a match from the first block. The nodes are in
+// known's buffer, not in the cache's scratch: a long Adopt keeps them
+// across its steps.
 func (c *Cache) adoptMatch(req *Request, keys radix.Keys, hi int, known []*radix.Node[int32]) ([]*radix.Node[int32], error) {
-	if len(known) == 0 || !c.tree.Owns(known[len(known)-1]) {
+	if !c.knownLive(known) {
 		_, nodes, err := c.match(req)
 		if err != nil {
 			return nil, err
@@ -135,23 +159,41 @@ func (c *Cache) checkAdopt(req Request, blocks int, t Tier) error {
 
 // adoptRange adopts blocks [lo, hi) of req's prompt on tier t (Cache.mu
 // held, in an operation's frame), those before lo being adopted or held
-// already, and returns the nodes of the prompt's cached prefix up to hi
-// (known extended, see adoptMatch) and how many of the prompt's first
-// blocks the cache holds whole afterwards, up to hi.
-func (c *Cache) adoptRange(req Request, lo, hi int, t Tier, known []*radix.Node[int32]) ([]*radix.Node[int32], int, error) {
+// already, and returns how many of the prompt's first blocks the cache
+// holds whole afterwards, up to hi. pr is what the step before found (the
+// zero adoptProgress for the first) and becomes what this one found: the
+// nodes of the prompt's cached prefix up to hi (known extended, see
+// adoptMatch) and how many of them were whole.
+func (c *Cache) adoptRange(req Request, lo, hi int, t Tier, pr *adoptProgress) (int, error) {
 	keys := radix.Keys{Namespace: req.Namespace, LoRA: req.LoRA}
-	nodes, err := c.adoptMatch(&req, keys, hi, known)
-	if err != nil {
-		return nil, 0, err
+	k := 0
+	if c.knownLive(pr.known) && pr.losses == c.losses {
+		// No block has lost a unit since the step before looked: the
+		// blocks it saw whole are whole still.
+		k = pr.whole
 	}
-	if k := c.wholePrefix(nodes); k < lo {
+	nodes, err := c.adoptMatch(&req, keys, hi, pr.known)
+	if err != nil {
+		return 0, err
+	}
+	k = min(k, len(nodes))
+	k += c.wholePrefix(nodes[k:])
+	if invariantChecks {
+		if w := c.wholePrefix(nodes); w != k {
+			c.poisoned = fmt.Errorf("%w: Adopt took %d blocks of the prompt for whole from the first, %d are", ErrInvariant, k, w)
+			return 0, c.poisoned
+		}
+	}
+	pr.known, pr.whole, pr.losses = nodes, k, c.losses
+	if k < lo {
 		// A block adopted before is gone (evicted by a step's room on
 		// the last tier) or lost a unit.
-		return nodes, k, nil
+		return k, nil
 	}
 	blocks, B := hi, c.geom.blockTokens
-	if plan := c.planAdoption(nodes, lo, blocks, t); len(plan.units) == 0 {
-		return nodes, plan.blocks, nil
+	plan := c.planAdoption(nodes, lo, blocks, t)
+	if len(plan.units) == 0 {
+		return plan.blocks, nil
 	}
 	c.begin(nil)
 	c.tx.executing = true
@@ -169,31 +211,41 @@ func (c *Cache) adoptRange(req Request, lo, hi int, t Tier, known []*radix.Node[
 	}
 	if c.poisoned != nil {
 		// A policy broke while told of the pins.
-		return nil, 0, c.abort(c.poisoned)
+		return 0, c.abort(c.poisoned)
 	}
-	plan := c.planAdoption(nodes, lo, blocks, t)
-	if len(plan.units) == 0 {
-		c.commit()
-		return nodes, plan.blocks, nil
+	if len(c.tx.temps) > 0 {
+		// The pins took units of t out of its room: planned again.
+		// Without pins nothing planAdoption reads has changed since
+		// (the plan is still in its buffer), and the blocks past the
+		// match, which have no units to pin, are planned once.
+		plan = c.planAdoption(nodes, lo, blocks, t)
+		if len(plan.units) == 0 {
+			c.commit()
+			return plan.blocks, nil
+		}
 	}
+	var base UnitID
 	for i := range plan.units {
 		pu := &plan.units[i]
 		if pu.b < 0 {
 			if i > 0 && plan.units[i-1].index == pu.index {
 				pu.b = plan.units[i-1].b
 			} else {
-				pu.b = c.newBlock(pu.index, blocks, eviction.DefaultPriority, 0)
+				pu.b = c.newBlock(int(pu.index), blocks, eviction.DefaultPriority, 0)
 			}
 		}
-		u := c.units.id(pu.b, pu.slice)
-		p := c.poolOf(u)
+		if i == 0 || pu.b != plan.units[i-1].b {
+			base = c.units.base(pu.b)
+		}
+		u := base | UnitID(pu.slice)
+		p := int(c.geom.slicePool[pu.slice])
 		s, ok, err := c.adoptSlot(t, p)
 		if err == nil && !ok {
 			// planAdoption counted the slots.
 			err = c.poison(c.tiers.arena(t, p), "Evict found no victim among %d evictable units", c.tiers.arena(t, p).evictable())
 		}
 		if err != nil {
-			return nil, 0, c.abort(err)
+			return 0, c.abort(err)
 		}
 		c.tiers.arena(t, p).owner[s] = u
 		pu.u, pu.slot = u, s
@@ -207,16 +259,17 @@ func (c *Cache) adoptRange(req Request, lo, hi int, t Tier, known []*radix.Node[
 	last := int32(-1)
 	for i := range plan.units {
 		pu := &plan.units[i]
-		if pu.b == last || pu.index < matched {
+		if pu.b == last || int(pu.index) < matched {
 			continue
 		}
 		last = pu.b
-		n, created, err := c.tree.InsertChild(parent, keys, req.Tokens[pu.index*B:(pu.index+1)*B], req.Extra)
+		at := int(pu.index)
+		n, created, err := c.tree.InsertChild(parent, keys, req.Tokens[at*B:(at+1)*B], req.Extra)
 		if err != nil || !created {
 			// Unreachable: the parent is live, the keys and extra keys
 			// were validated by match, and no block past the match
 			// exists.
-			return nil, 0, c.abort(c.poison(c.tiers.arena(t, c.poolOf(pu.u)), "prefix tree refused adopted block %d: %v", pu.index, err))
+			return 0, c.abort(c.poison(c.tiers.arena(t, c.poolOf(pu.u)), "prefix tree refused adopted block %d: %v", pu.index, err))
 		}
 		n.Value = pu.b
 		c.units.blk(pu.b).node = n
@@ -225,20 +278,40 @@ func (c *Cache) adoptRange(req Request, lo, hi int, t Tier, known []*radix.Node[
 		c.emitBlock(BlockStored, pu.b, t)
 		parent = n
 	}
+	pr.known = nodes
 	c.commit()
-	for _, pu := range plan.units {
-		a := c.tiers.arena(t, c.poolOf(pu.u))
+	// The units of a block are placed one after the other: the block's
+	// record is read once, for all of them (a unit's Entry is its
+	// block's but for the layer, see blockEntry). Each is placed as
+	// place does.
+	var (
+		r *blockRec
+		e eviction.Entry
+	)
+	for i := range plan.units {
+		pu := &plan.units[i]
+		if i == 0 || pu.b != plan.units[i-1].b {
+			r, e = c.units.blk(pu.b), c.blockEntry(pu.b)
+		}
+		a := c.tiers.arena(t, int(c.geom.slicePool[pu.slice]))
 		c.units.place(pu.u, t, pu.slot)
-		c.place(a, pu.u, false)
-		c.gainBytes(pu.b)
+		var ue eviction.Entry
+		if !a.grouped() || a.group(pu.b).tracked == 0 {
+			ue = c.sliceEntry(e, int(pu.slice))
+		}
+		c.placeEntry(a, pu.u, ue, false)
+		// gainBytes, on the record at hand.
+		if r.held++; r.held == 1 {
+			c.meta.unmarkHollow(&c.units, pu.b)
+		}
 		a.adopted++
-		if pu.index < matched {
+		if int(pu.index) < matched {
 			// A new block's BlockStored said where its units are.
 			c.emitMove(pu.u, Dropped, t)
 		}
 	}
 	c.statsUnchanged = false
-	return nodes, plan.blocks, nil
+	return plan.blocks, nil
 }
 
 // HeldBlocks returns how many of the first full blocks of req's prompt the
@@ -269,12 +342,13 @@ type adoption struct {
 
 // adoptedUnit is one unit Adopt places: slice of block b (-1 until Adopt
 // allocates a record for a block past the match), the prompt's index-th,
-// in slot of the tier.
+// in slot of the tier. (Its fields are narrow: a long Adopt lists every
+// unit of the prompt.)
 type adoptedUnit struct {
-	b     int32
-	index int
-	slice int
 	u     UnitID
+	b     int32
+	index int32
+	slice int32
 	slot  int32
 }
 
@@ -313,13 +387,29 @@ func (c *Cache) planAdoption(nodes []*radix.Node[int32], lo, blocks int, t Tier)
 			for sl := range g.slices {
 				u := c.units.id(b, sl)
 				if st := c.units.of(u); st.tier == Dropped && st.flags == 0 && st.busy == 0 {
-					plan.units = append(plan.units, adoptedUnit{b: b, index: i, slice: sl})
+					plan.units = append(plan.units, adoptedUnit{b: b, index: int32(i), slice: int32(sl)})
 				}
 			}
 		} else {
-			for sl := range g.slices {
-				plan.units = append(plan.units, adoptedUnit{b: -1, index: i, slice: sl})
+			// A block past the match: all its units, so each pool's
+			// room goes down by the pool's units per block (what the
+			// loop below counts unit by unit), and the block fits or
+			// not whatever their order.
+			fits := true
+			for p := range g.pools {
+				if room[p] -= len(g.pools[p].slices); room[p] < 0 {
+					fits = false
+				}
 			}
+			if !fits {
+				break
+			}
+			plan.units = slices.Grow(plan.units, g.slices)
+			for sl := range g.slices {
+				plan.units = append(plan.units, adoptedUnit{b: -1, index: int32(i), slice: int32(sl)})
+			}
+			plan.blocks++
+			continue
 		}
 		fits := true
 		for _, pu := range plan.units[start:] {

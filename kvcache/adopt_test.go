@@ -352,3 +352,24 @@ func TestLongAdoptGoesOnFromItsPrefix(t *testing.T) {
 	require.Equal(t, 8, n)
 	require.NoError(t, c.checkInvariants())
 }
+
+// TestLongAdoptSeesItsOwnVictims: the steps of a long Adopt on a last tier
+// too small for the prompt evict the blocks the steps before adopted, and
+// the next step sees the prefix broken (Adopt goes on from the blocks a
+// step saw whole only while no block has lost a unit since, see
+// adoptProgress): Adopt returns how many blocks are whole from the first.
+func TestLongAdoptSeesItsOwnVictims(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil) // 2 units per block, 4 tokens
+	c, err := New(Config{Layout: l, Tiers: threeTiers(16, 16, 4)})
+	require.NoError(t, err)
+	c.sliceUnits = 4 // 8 units are long; a place budget of 1 unit: one block per step
+	req := Request{Tokens: seqTokens(16, 100)}
+	n, err := c.Adopt(req, 4, 3)
+	require.NoError(t, err)
+	require.NoError(t, c.checkInvariants())
+	_, nodes, err := c.match(&req)
+	require.NoError(t, err)
+	require.Equal(t, c.wholePrefix(nodes), n)
+	require.Zero(t, n, "the third block's step evicted the first block")
+	require.Equal(t, uint64(2), c.Stats().Tier(3).Drops)
+}

@@ -12,12 +12,25 @@ func (c *Cache) poolOf(u UnitID) int { return int(c.geom.slicePool[c.units.slice
 
 // entryOf returns what the policies are told about unit u.
 func (c *Cache) entryOf(u UnitID) eviction.Entry {
-	b := c.units.rec(u)
-	e := eviction.Entry{Size: 1, Priority: int(b.prio), PriorityDuration: b.prioDur}
-	e.Chunk = int(b.index)
-	e.Chunks = int(b.chunks)
-	e.ContextTokens = int64(b.index) * int64(c.geom.blockTokens)
-	if l := c.geom.sliceLayer[c.units.slice(u)]; l >= 0 {
+	return c.sliceEntry(c.blockEntry(c.units.block(u)), c.units.slice(u))
+}
+
+// blockEntry returns what every unit of block b tells the policies but its
+// layer: entryOf is sliceEntry of it, so that a caller placing many units
+// of one block reads the block's record once.
+func (c *Cache) blockEntry(b int32) eviction.Entry {
+	r := c.units.blk(b)
+	e := eviction.Entry{Size: 1, Priority: int(r.prio), PriorityDuration: r.prioDur}
+	e.Chunk = int(r.index)
+	e.Chunks = int(r.chunks)
+	e.ContextTokens = int64(r.index) * int64(c.geom.blockTokens)
+	return e
+}
+
+// sliceEntry returns e, a blockEntry, as the entry of the block's unit of
+// slice s.
+func (c *Cache) sliceEntry(e eviction.Entry, s int) eviction.Entry {
+	if l := c.geom.sliceLayer[s]; l >= 0 {
 		e.Layer = int(l)
 		e.Layers = c.geom.kvLayers
 	}
@@ -31,6 +44,16 @@ func (c *Cache) gainBytes(b int32) {
 	if r.held == 1 {
 		c.meta.unmarkHollow(&c.units, b)
 	}
+}
+
+// loseBytes counts a unit of block b that lost its bytes, or that is
+// counted out of them (a victim to drop, an unwritten unit). Every
+// decrease of a block's held count goes through here and counts in
+// Cache.losses, which tells a long Adopt whether a prefix it saw whole may
+// have lost a unit since (see adoptProgress).
+func (c *Cache) loseBytes(b int32) {
+	c.units.blk(b).held--
+	c.losses++
 }
 
 // whole reports whether every unit of block b holds bytes.

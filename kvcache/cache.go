@@ -73,6 +73,9 @@ type Cache struct {
 	writing map[uint64]int32
 	// gcQueue holds blocks whose last bytes went, to collect (gc.go).
 	gcQueue []int32
+	// losses counts the decreases of blocks' held counts (loseBytes),
+	// ever: unchanged, no block that was whole has lost a unit.
+	losses  uint64
 	scratch scratch
 	st      counters
 	// poisoned is the error of the first breach of a policy's contract;

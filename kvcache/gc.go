@@ -117,7 +117,7 @@ func (c *Cache) freeUnit(u UnitID) {
 		c.clearUnwritten(u)
 		return
 	}
-	c.units.rec(u).held--
+	c.loseBytes(c.units.block(u))
 }
 
 // dropResident drops u, an evictable unit holding a slot: its bytes are
@@ -127,7 +127,7 @@ func (c *Cache) freeUnit(u UnitID) {
 func (c *Cache) dropResident(u UnitID) {
 	st := c.units.of(u)
 	t := st.tier
-	c.units.rec(u).held--
+	c.loseBytes(c.units.block(u))
 	c.emitMove(u, t, Dropped)
 	c.dropBackup(u)
 	if t == GPU && st.busy > 0 {

@@ -29,7 +29,7 @@ func (c *Cache) mergeBlock(s *sequence, i int, n *radix.Node[int32]) {
 		ga.remove(u, pins > 0)
 		c.units.place(u, Dropped, -1)
 		c.units.of(u).pins = 0
-		c.units.blk(b).held--
+		c.loseBytes(b)
 		if c.units.tierOf(x) == GPU {
 			ga.push(slot)
 			for range pins {

@@ -144,7 +144,7 @@ func (c *Cache) voidRestores(keys []UnitID) {
 		if n.act != actFresh || c.units.rec(n.u).node == nil || c.units.of(n.u).flags&unitUnwritten != 0 {
 			continue
 		}
-		c.units.rec(n.u).held--
+		c.loseBytes(c.units.block(n.u))
 		c.setUnwritten(n.u)
 		c.emitMove(n.u, GPU, Dropped)
 	}

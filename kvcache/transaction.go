@@ -751,7 +751,7 @@ func (c *Cache) evictUnit(a *arena, t Tier, p int, v UnitID, drop bool) (slot in
 		// Counted out now, so that later victims of this operation see
 		// the block lacking it (see Victim.Whole).
 		b := c.units.block(v)
-		c.units.blk(b).held--
+		c.loseBytes(b)
 		tx.log(undoRec{kind: undoDrop, b: b})
 	}
 	tx.victims = append(tx.victims, victim{u: v, tier: t, pool: int32(p), slot: s, to: to})
@@ -834,7 +834,7 @@ func (c *Cache) undoOne(r undoRec) {
 			a.push(r.slot)
 			a.evictions++
 			a.drops++
-			c.units.rec(r.u).held--
+			c.loseBytes(c.units.block(r.u))
 			c.dropUnit(r.u)
 			c.emitMove(r.u, r.tier, Dropped)
 		}
@@ -927,6 +927,13 @@ func (c *Cache) place(a *arena, u UnitID, pinned bool) {
 		// (Under block keys only a block's first unit makes an entry.)
 		e = c.entryOf(u)
 	}
+	c.placeEntry(a, u, e, pinned)
+}
+
+// placeEntry is place with u's entry, e, made by the caller: entryOf(u),
+// or anything under block keys when u's block has a tracked unit in a
+// already (the arena then tells the policy nothing of e).
+func (c *Cache) placeEntry(a *arena, u UnitID, e eviction.Entry, pinned bool) {
 	if err := a.insert(u, e, pinned); err != nil {
 		c.poison(a, "Insert of unit %d: %w", u, err)
 		a.track(u, pinned)

@@ -716,7 +716,7 @@ func (c *Cache) finishDown(m move, err error) {
 			da.remove(m.u, true)
 			da.push(m.slot)
 			st.flags &^= unitClaimed // a claim inherited the transfer's pin
-			c.units.rec(m.u).held--
+			c.loseBytes(c.units.block(m.u))
 			c.emitMove(m.u, to, Dropped)
 			c.dropUnit(m.u)
 		}
@@ -813,7 +813,7 @@ func (c *Cache) loadFailed(tr *transfer, u UnitID) {
 	c.tiers.arena(GPU, c.poolOf(u)).failed++
 	if c.units.of(u).flags&unitUnwritten == 0 {
 		c.setUnwritten(u)
-		c.units.rec(u).held--
+		c.loseBytes(c.units.block(u))
 		c.emitMove(u, GPU, Dropped)
 	}
 }
