@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
@@ -43,7 +44,13 @@ type SubscriberOptions struct {
 	DialTimeout time.Duration
 	// ReplayTimeout bounds one replay, its dial included; 0 means 5 s.
 	ReplayTimeout time.Duration
-	// Queue is how many received messages wait for Next; 0 means 1024.
+	// Queue is how many received messages wait for Next; 0 means 4096.
+	// A message that arrives while the queue is full is dropped (see
+	// Dropped), so that a Subscriber that is not read never holds back
+	// its publisher's other subscribers; the gap shows at the next batch,
+	// which is replayed or reports it in Message.Missed. Size it for the
+	// largest burst the reader must take without a loss (the default
+	// holds a few thousand scheduling steps).
 	Queue int
 	// JoinPoll matters until the first live batch arrives: before that,
 	// the subscription may not be in effect at the publisher yet, and a
@@ -95,6 +102,8 @@ type Subscriber struct {
 	cancel context.CancelFunc
 	sub    zmq4.Socket
 	live   chan zmq4.Msg
+	// dropped counts the messages receive dropped on a full queue.
+	dropped atomic.Int64
 	// recvErr is why receive stopped, set before it closes live.
 	recvErr error
 	started bool // a sequence number was seen or From set
@@ -133,7 +142,7 @@ func NewSubscriber(ctx context.Context, opts SubscriberOptions) (*Subscriber, er
 		return nil, fmt.Errorf("%w: Queue %d, ReplayTimeout %v, DialTimeout %v", ErrInvalidOptions, opts.Queue, opts.ReplayTimeout, opts.DialTimeout)
 	}
 	if opts.Queue == 0 {
-		opts.Queue = 1024
+		opts.Queue = 4096
 	}
 	if opts.ReplayTimeout == 0 {
 		opts.ReplayTimeout = 5 * time.Second
@@ -177,8 +186,12 @@ func dial(ctx context.Context, sock zmq4.Socket, endpoint string) error {
 }
 
 // receive pumps the SUB socket into s.live until the Subscriber closes.
-// A full queue blocks it; the socket then drops what the publisher sends
-// beyond its own queue, and the gap is replayed.
+// A message that finds the queue full is dropped (and counted): the gap
+// shows at the next batch, which replays it or reports it as Missed.
+// Blocking instead would leave the socket unread, and with zmq4 an unread
+// SUB socket does not drop: its TCP connection backs up to the publisher,
+// whose one writer then stops for every subscriber, so one Subscriber
+// that is not read would silence all the others.
 func (s *Subscriber) receive() {
 	defer close(s.live)
 	for {
@@ -191,9 +204,16 @@ func (s *Subscriber) receive() {
 		case s.live <- m:
 		case <-s.ctx.Done():
 			return
+		default:
+			s.dropped.Add(1)
 		}
 	}
 }
+
+// Dropped returns how many received messages the Subscriber dropped
+// because its queue was full (see SubscriberOptions.Queue). It is safe to
+// call from any goroutine.
+func (s *Subscriber) Dropped() int64 { return s.dropped.Load() }
 
 // Replays returns how many replays the Subscriber asked for.
 func (s *Subscriber) Replays() int { return s.replays }
@@ -238,6 +258,13 @@ func (s *Subscriber) Next(ctx context.Context) (Message, error) {
 			continue // replayed already
 		}
 		if s.started && seq > s.next && s.opts.ReplayEndpoint != "" {
+			// A payload that is not a batch is no evidence of a gap (see
+			// message): report it without asking for a replay, which
+			// would cost a round trip per garbage message (ReplayTimeout
+			// each with a replay peer that does not answer).
+			if _, err := Decode(raw.Frames[2]); err != nil {
+				return s.message(string(raw.Frames[0]), seq, raw.Frames[2])
+			}
 			err := s.replay(ctx, s.next, &raw)
 			switch {
 			case err == nil:
@@ -291,13 +318,26 @@ func (s *Subscriber) wait(ctx context.Context) (_ zmq4.Msg, polled bool, _ error
 
 // message decodes one batch and moves the expected sequence number past
 // it, counting what was skipped.
+//
+// A message whose payload does not decode moves nothing unless it is
+// exactly the one expected: its sequence frame is no more trustworthy
+// than its payload. Taken at its word, a garbage 8-byte sequence frame is
+// a number far ahead of the stream (or, as the first message, where the
+// stream starts): Next would then expect the number after it and discard
+// every real batch that follows as a duplicate (seq < s.next), reporting
+// nothing until the publisher goes away. So such a message is returned
+// with its sequence number and error and no loss counted; a loss it
+// would have revealed is counted at the next batch that decodes.
 func (s *Subscriber) message(topic string, seq uint64, payload []byte) (Message, error) {
 	m := Message{Topic: topic, Seq: seq}
+	b, err := Decode(payload)
+	if err != nil && (!s.started || seq != s.next) {
+		return m, fmt.Errorf("seq %d: %w", seq, err)
+	}
 	if s.started && seq > s.next {
 		m.Missed = seq - s.next
 	}
 	s.started, s.next = true, seq+1
-	b, err := Decode(payload)
 	if err != nil {
 		return m, fmt.Errorf("seq %d: %w", seq, err)
 	}
