@@ -1,6 +1,7 @@
 package kvcache
 
 import (
+	"runtime"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -11,8 +12,11 @@ import (
 
 // BenchmarkHolds times, for each of the cache's calls that a server may
 // make on a long sequence, the call's wall time and the longest wait of a
-// prober that calls Stats every 10 µs meanwhile: the longest the call
-// held the lock at once (within the prober's own latency). Every
+// prober that reads the block tables of a sequence of its own over and
+// over meanwhile (yielding between calls; a sleep would miss holds shorter
+// than the timer's resolution): the longest the call held the lock at
+// once. Clear, which needs a cache with no live sequence, runs after the
+// prober has stopped: its hold is its wall time. Every
 // iteration builds a cache holding one sequence of ctx tokens on the
 // seed model, metadata only, and runs the calls in this order: Acquire
 // (a miss), Commit, Fork, Admit and Blocks (the whole prefix cached),
@@ -57,18 +61,30 @@ func holds(b *testing.B, ctx int, kind layout.Kind, keys bool) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		// The prober reads the block tables of a sequence of its own
+		// (Stats would not wait: it answers from a snapshot while the
+		// lock is held).
+		probe, err := c.Acquire(Request{Tokens: seqPrompt(9, 16)})
+		if err != nil {
+			b.Fatal(err)
+		}
 		var stop atomic.Bool
 		var maxWait atomic.Int64
 		done := make(chan struct{})
+		var probeErr error
 		go func() {
 			defer close(done)
+			var tables StepTables
 			for !stop.Load() {
 				s := time.Now()
-				c.Stats()
+				if err := c.BlockTables(&tables, probe.Seq); err != nil {
+					probeErr = err
+					return
+				}
 				if d := int64(time.Since(s)); d > maxWait.Load() {
 					maxWait.Store(d)
 				}
-				time.Sleep(10 * time.Microsecond)
+				runtime.Gosched()
 			}
 		}()
 		k := 0
@@ -97,9 +113,18 @@ func holds(b *testing.B, ctx int, kind layout.Kind, keys bool) {
 		timed(func() error { return c.Release(p.Seq) })
 		timed(func() (err error) { q, err = c.Acquire(Request{Tokens: seqPrompt(2, ctx+5)}); return })
 		timed(func() error { return c.Abort(q.Seq) })
-		timed(func() error { return c.Clear() })
-		stop.Store(true)
-		<-done
+		timed(func() error {
+			// Clear needs no live sequence: the prober's goes first.
+			stop.Store(true)
+			<-done
+			if err := c.Release(probe.Seq); err != nil {
+				return err
+			}
+			return c.Clear()
+		})
+		if probeErr != nil {
+			b.Fatalf("prober: %v", probeErr)
+		}
 	}
 	for k, name := range holdCalls {
 		w, h := wall[k], hold[k]
