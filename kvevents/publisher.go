@@ -96,6 +96,14 @@ func NewPublisher(ctx context.Context, opts Options) (*Publisher, error) {
 	if opts.Endpoint == "" {
 		return nil, fmt.Errorf("%w: Options.Endpoint is empty", ErrInvalidOptions)
 	}
+	if err := checkEndpoint("Options.Endpoint", opts.Endpoint); err != nil {
+		return nil, err
+	}
+	if opts.ReplayEndpoint != "" {
+		if err := checkEndpoint("Options.ReplayEndpoint", opts.ReplayEndpoint); err != nil {
+			return nil, err
+		}
+	}
 	enc, err := NewEncoder(opts.Encoder)
 	if err != nil {
 		return nil, err

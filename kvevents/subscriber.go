@@ -135,6 +135,14 @@ func NewSubscriber(ctx context.Context, opts SubscriberOptions) (*Subscriber, er
 	if opts.Endpoint == "" {
 		return nil, fmt.Errorf("%w: SubscriberOptions.Endpoint is empty", ErrInvalidOptions)
 	}
+	if err := checkEndpoint("SubscriberOptions.Endpoint", opts.Endpoint); err != nil {
+		return nil, err
+	}
+	if opts.ReplayEndpoint != "" {
+		if err := checkEndpoint("SubscriberOptions.ReplayEndpoint", opts.ReplayEndpoint); err != nil {
+			return nil, err
+		}
+	}
 	if opts.From != nil && opts.ReplayEndpoint == "" {
 		return nil, fmt.Errorf("%w: SubscriberOptions.From %d without a ReplayEndpoint", ErrInvalidOptions, *opts.From)
 	}

@@ -199,6 +199,24 @@ func TestSubscriberOptions(t *testing.T) {
 	}
 	_, err := kvevents.NewPublisher(context.Background(), kvevents.Options{})
 	require.ErrorIs(t, err, kvevents.ErrInvalidOptions)
+	// Endpoints that do not parse are invalid options, named in the error.
+	for _, ep := range []string{"127.0.0.1:5557", "tcp://127.0.0.1", "tcpx://127.0.0.1:5557",
+		"tcp://127.0.0.1:99999", "tcp://127.0.0.1:port", "tcp://tcp://127.0.0.1:1"} {
+		_, err := kvevents.NewPublisher(context.Background(), kvevents.Options{Endpoint: ep})
+		require.ErrorIs(t, err, kvevents.ErrInvalidOptions, ep)
+		require.ErrorContains(t, err, ep)
+		_, err = kvevents.NewPublisher(context.Background(), kvevents.Options{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: ep})
+		require.ErrorIs(t, err, kvevents.ErrInvalidOptions, ep)
+		_, err = kvevents.NewSubscriber(context.Background(), kvevents.SubscriberOptions{Endpoint: ep})
+		require.ErrorIs(t, err, kvevents.ErrInvalidOptions, ep)
+		_, err = kvevents.NewSubscriber(context.Background(), kvevents.SubscriberOptions{Endpoint: "tcp://127.0.0.1:1", ReplayEndpoint: ep})
+		require.ErrorIs(t, err, kvevents.ErrInvalidOptions, ep)
+	}
+	// One that parses but cannot be bound (in use) is the socket's error.
+	busy := newPublisher(t, kvevents.Options{ReplayBuffer: -1})
+	_, err = kvevents.NewPublisher(context.Background(), kvevents.Options{Endpoint: busy.Addr()})
+	require.Error(t, err)
+	require.NotErrorIs(t, err, kvevents.ErrInvalidOptions)
 	p := newPublisher(t, kvevents.Options{})
 	require.NoError(t, p.Close())
 	_, err = p.Publish(kvevents.Batch{})
