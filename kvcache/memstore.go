@@ -61,6 +61,9 @@ func NewMemoryStore(l *layout.Layout, tiers []TierConfig) (*MemoryStore, error) 
 	return m, nil
 }
 
+// Tiers returns how many tiers the store holds: tiers GPU to Tier(n).
+func (m *MemoryStore) Tiers() int { return len(m.mem) }
+
 // Bytes returns the memory of one slot, or nil for a bad tier, pool or
 // slot. The slice aliases the store: writing it writes the slot.
 func (m *MemoryStore) Bytes(t Tier, pool int, slot int32) []byte {

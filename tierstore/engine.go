@@ -82,7 +82,8 @@ type job struct {
 }
 
 // NewEngine starts an Engine's workers. It returns an error wrapping
-// ErrInvalidConfig for a nil Memory, a nil Store or negative options.
+// ErrInvalidConfig for a nil Memory, a nil Store, a Store for a tier that
+// Memory holds or that is no tier, or negative options.
 func NewEngine(cfg EngineConfig) (*Engine, error) {
 	if cfg.Memory == nil {
 		return nil, fmt.Errorf("%w: nil Memory", ErrInvalidConfig)
@@ -90,6 +91,15 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	for t, s := range cfg.Stores {
 		if s == nil {
 			return nil, fmt.Errorf("%w: nil Store for tier %d", ErrInvalidConfig, t)
+		}
+		if t <= kvcache.Dropped || t > kvcache.MaxTiers {
+			return nil, fmt.Errorf("%w: Store for tier %d, not a tier (1 to %d)", ErrInvalidConfig, t, kvcache.MaxTiers)
+		}
+		if int(t) <= cfg.Memory.Tiers() {
+			// The copies of a tier go to its Store when it has one: the
+			// memory of a tier Memory holds would never be read, and
+			// every load from it would fail (and be recomputed).
+			return nil, fmt.Errorf("%w: Store for tier %d, which Memory holds (tiers 1 to %d); a Store serves a tier below them", ErrInvalidConfig, t, cfg.Memory.Tiers())
 		}
 	}
 	if cfg.Workers < 0 || cfg.MaxBatch < 0 || cfg.Parallel < 0 || cfg.Timeout < 0 {

@@ -266,6 +266,14 @@ func TestEngineConfigAndClose(t *testing.T) {
 	require.ErrorIs(t, err, tierstore.ErrInvalidConfig)
 	_, err = tierstore.NewEngine(tierstore.EngineConfig{Memory: mem, MaxBatch: -1})
 	require.ErrorIs(t, err, tierstore.ErrInvalidConfig)
+	// A Store for a tier Memory holds (the GPU, the CPU) would take its
+	// copies, and every load from that tier would fail; tier 0 and tiers
+	// past MaxTiers are no tiers.
+	for _, tier := range []kvcache.Tier{kvcache.Dropped, kvcache.GPU, kvcache.CPU, kvcache.MaxTiers + 1} {
+		_, err = tierstore.NewEngine(tierstore.EngineConfig{Memory: mem, Stores: map[kvcache.Tier]tierstore.Store{tier: tierstore.NewMemStore(1)}})
+		require.ErrorIs(t, err, tierstore.ErrInvalidConfig, "tier %d", tier)
+		require.ErrorContains(t, err, fmt.Sprintf("tier %d", tier))
+	}
 	e, err := tierstore.NewEngine(tierstore.EngineConfig{Memory: mem, Stores: map[kvcache.Tier]tierstore.Store{3: tierstore.NewMemStore(1)}})
 	require.NoError(t, err)
 	done := make(chan error, 1)
