@@ -40,6 +40,11 @@ func ExampleOpen() {
 		panic(err)
 	}
 	defer shared.Close()
+	// Open does not connect: Ping checks the server and the credentials
+	// now, rather than as failed transfers later.
+	if err := shared.Ping(context.Background()); err != nil {
+		panic(err)
+	}
 	engine, err := tierstore.NewEngine(tierstore.EngineConfig{Memory: mem, Stores: map[kvcache.Tier]tierstore.Store{3: shared}})
 	if err != nil {
 		panic(err)

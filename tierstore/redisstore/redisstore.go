@@ -55,7 +55,7 @@ var _ tierstore.Store = (*Store)(nil)
 
 // Open returns a Store over the servers of opts. It does not connect:
 // the first call does, and a server that is down then makes calls fail
-// until it is up. It returns an error wrapping tierstore.ErrInvalidConfig
+// until it is up (Ping checks the servers and the credentials). It returns an error wrapping tierstore.ErrInvalidConfig
 // for no address, a negative TTL, PoolSize or DialTimeout.
 func Open(opts Options) (*Store, error) {
 	if len(opts.Addrs) == 0 {
@@ -90,6 +90,34 @@ func Open(opts Options) (*Store, error) {
 		MaxRetries: -1,
 	}
 	return &Store{client: redis.NewUniversalClient(uo), fp: opts.Fingerprint, prefix: prefix, ttl: opts.TTL}, nil
+}
+
+// Ping checks that every server of the Store answers and accepts its
+// credentials (every shard of a cluster), and that they may read keys
+// under its prefix. Open does not connect, so a server that is down, a
+// wrong password or an ACL that refuses the prefix would otherwise show
+// only as failed transfers, which the cache recomputes without a word:
+// call Ping at startup. It returns an error wrapping
+// tierstore.ErrUnavailable that says what failed.
+func (s *Store) Ping(ctx context.Context) error {
+	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		err := cc.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error {
+			if err := c.Ping(ctx).Err(); err != nil {
+				return fmt.Errorf("%s: %w", c.Options().Addr, err)
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("%w: redisstore: PING: %w", tierstore.ErrUnavailable, err)
+		}
+	}
+	// A key under the prefix, read: the credentials and the ACL's key
+	// patterns are checked (PING needs no key permission).
+	probe := s.prefix + ":ping"
+	if err := s.client.Exists(ctx, probe).Err(); err != nil {
+		return fmt.Errorf("%w: redisstore: EXISTS %s: %w", tierstore.ErrUnavailable, probe, err)
+	}
+	return nil
 }
 
 // Key returns the Redis key of unit k.

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -367,6 +368,36 @@ func TestACL(t *testing.T) {
 	require.NoError(t, err)
 	defer other.Close()
 	require.ErrorIs(t, other.Put(ctx, []kvcache.UnitKey{k}, [][]byte{[]byte("abcd")}), tierstore.ErrUnavailable)
+
+	// Ping tells the three apart at startup, before any transfer.
+	require.NoError(t, good.Ping(ctx))
+	err = bad.Ping(ctx)
+	require.ErrorIs(t, err, tierstore.ErrUnavailable)
+	require.ErrorContains(t, err, "WRONGPASS")
+	err = other.Ping(ctx)
+	require.ErrorIs(t, err, tierstore.ErrUnavailable)
+	require.ErrorContains(t, err, "NOPERM")
+}
+
+// TestPing: a Store's Ping passes on the standalone server and on every
+// shard of the cluster, and fails, as ErrUnavailable, on an address where
+// no server listens.
+func TestPing(t *testing.T) {
+	ctx := context.Background()
+	for _, srv := range servers(t) {
+		require.NoError(t, open(t, srv, prefix(t, srv), 1).Ping(ctx), srv.name)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close()) // nothing listens there now
+	for _, cluster := range []bool{false, true} {
+		down, err := redisstore.Open(redisstore.Options{Addrs: []string{addr}, Cluster: cluster, DialTimeout: 200 * time.Millisecond})
+		require.NoError(t, err)
+		err = down.Ping(ctx)
+		require.ErrorIs(t, err, tierstore.ErrUnavailable, "cluster %t", cluster)
+		require.NoError(t, down.Close())
+	}
 }
 
 // tlsServer returns the TLS-only server scripts/redis.sh starts, with a
