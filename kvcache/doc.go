@@ -151,8 +151,11 @@
 // an Abort of its sequence would undo it: every pin and reference it took
 // is released, while what its earlier steps moved stays where it is.
 // Clear returns ErrBusy while a long operation is under way. Not in steps:
-// Truncate, Admit and Blocks (their work grows with the blocks they touch)
-// and Clear (with the whole cache; it needs one with no live sequence).
+// Truncate, Admit and Blocks (their work grows with the blocks they touch),
+// Clear (with the whole cache; it needs one with no live sequence), and the
+// part of a Fork past what its child pins of a dense sequence at rest (the
+// references to blocks below a window, a sequence whose units are still
+// loading, a sparse sequence).
 //
 // With a synchronous Mover every step pays for its copies under the lock,
 // so a long operation costs as many Mover calls as it has steps; a

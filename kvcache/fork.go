@@ -101,7 +101,12 @@ func (c *Cache) forkOf(s *sequence, cl *forkClaim) (Plan, error) {
 	full := s.tokens.len() / B
 	old, same := pinSpan{}, 0
 	if cl != nil {
-		old, same = pinSpan{blocks: child.blocks[:cl.claimed], lo: cl.lo}, cl.claimed
+		// The claimed span in the claim's own block list: repinRange
+		// below may replace a claimed block of child.blocks by a
+		// recompute copy in place, and an old span sharing that array
+		// would then name the copy too, so queuePins would keep the
+		// claim's pin on the cached block and give the copy no slot.
+		old, same = pinSpan{blocks: cl.child.blocks, lo: cl.lo}, cl.claimed
 		child.tables = cl.child.tables
 	}
 	for i := same; i < full; i++ {

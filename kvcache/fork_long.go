@@ -18,6 +18,12 @@ package kvcache
 // the first block with a unit that is not settled; the last step plans
 // that block and the rest as one transaction, as a one-step Fork would.
 //
+// The claim covers the units the child pins. The references to the full
+// blocks outside its pins (below a window), and the blocks from the first
+// unsettled one on, are taken by the last step, so a Fork of a sequence
+// whose units are still loading, or of a sparse one, is one hold as
+// before: the claim bounds the common case, a dense sequence at rest.
+//
 // Another caller can see the claimed pins between the steps (Stats), not
 // the child, which has no SeqID until the last step. If the last step
 // fails (no room for the partial block's copy, a failed copy, a policy's
@@ -83,10 +89,12 @@ func (c *Cache) forkInSteps(s *sequence, err *error) (Plan, error) {
 		})
 	}
 	if *err != nil && cl.claimed > 0 {
+		// The claims are released as a Release would release them, in
+		// steps; a breach a step reports does not stop them (as in
+		// endInSteps), so that the count of long operations comes back.
 		e := &ending{s: cl.child, span: pinSpan{blocks: cl.child.blocks, lo: cl.lo}}
-		if eerr := c.step("Fork", func() error { c.beginEnd(e); return nil }); eerr == nil {
-			_ = c.runEnd("Fork", e)
-		}
+		_ = c.step("Fork", func() error { c.beginEnd(e); return nil })
+		_ = c.runEnd("Fork", e)
 	}
 	// The parent is idle again, whatever happened.
 	c.lockWait()

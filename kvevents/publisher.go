@@ -68,10 +68,14 @@ type entry struct {
 // Publish never blocks on subscribers: with go-zeromq/zmq4, a PUB send only
 // appends to the socket's queue (or drops the message when the queue holds
 // HWM messages); a goroutine of the socket writes queued messages to the
-// connected subscribers. Note that zmq4's HWM is one queue shared by all
-// subscribers (libzmq keeps one per subscriber), so a subscriber that stops
-// reading eventually causes drops for every subscriber; the sequence numbers
-// let them detect it (see SeqTracker) and recover via replay.
+// connected subscribers, one after the other. Note that zmq4's HWM is one
+// queue shared by all subscribers (libzmq keeps one per subscriber), and
+// that a subscriber whose socket is not read stops that goroutine for
+// every subscriber until the queue reaches HWM and drops: a kvevents
+// Subscriber therefore never stops reading its socket (it drops on a full
+// queue of its own and replays, see SubscriberOptions.Queue); another
+// client must do the same. The sequence numbers let subscribers detect
+// drops (see SeqTracker) and recover via replay.
 type Publisher struct {
 	enc    *Encoder
 	topic  []byte

@@ -47,10 +47,12 @@ type SubscriberOptions struct {
 	// Queue is how many received messages wait for Next; 0 means 4096.
 	// A message that arrives while the queue is full is dropped (see
 	// Dropped), so that a Subscriber that is not read never holds back
-	// its publisher's other subscribers; the gap shows at the next batch,
-	// which is replayed or reports it in Message.Missed. Size it for the
-	// largest burst the reader must take without a loss (the default
-	// holds a few thousand scheduling steps).
+	// its publisher's other subscribers. With a ReplayEndpoint, Next
+	// replays what was dropped once the queue has drained; without one,
+	// the loss shows at the next batch that arrives (Message.Missed), and
+	// until then only in Dropped. Size it for the largest burst the
+	// reader must take without a loss (the default holds a few thousand
+	// scheduling steps).
 	Queue int
 	// JoinPoll matters until the first live batch arrives: before that,
 	// the subscription may not be in effect at the publisher yet, and a
@@ -71,7 +73,9 @@ type Message struct {
 	Batch Batch
 	// Missed counts the batches just before this one that are lost for
 	// good: dropped on the way (a subscriber slower than the publisher's
-	// high-water mark) and no longer in the publisher's replay buffer, or
+	// high-water mark, or whose queue was full, see
+	// SubscriberOptions.Queue) and no longer in the publisher's replay
+	// buffer, or
 	// with no replay endpoint to ask, or the replay failed (ReplayError
 	// says why). A consumer's view of the publisher is then incomplete:
 	// the lost batches' blocks are unknown, and blocks announced before
@@ -102,8 +106,10 @@ type Subscriber struct {
 	cancel context.CancelFunc
 	sub    zmq4.Socket
 	live   chan zmq4.Msg
-	// dropped counts the messages receive dropped on a full queue.
-	dropped atomic.Int64
+	// dropped counts the messages receive dropped on a full queue;
+	// recovered is how many of them wait has answered with a replay.
+	dropped   atomic.Int64
+	recovered int64
 	// recvErr is why receive stopped, set before it closes live.
 	recvErr error
 	started bool // a sequence number was seen or From set
@@ -229,7 +235,8 @@ func (s *Subscriber) Replays() int { return s.replays }
 // Next returns the next batch in sequence order, waiting for it until
 // ctx ends; replays are bounded by ctx too. A payload that does not
 // decode is returned with its sequence number and an error wrapping
-// ErrMalformed; the stream goes on after it. After Close, Next returns
+// ErrMalformed; the stream goes on after it (one ahead of a gap may come
+// again, with the same error, when the gap is replayed). After Close, Next returns
 // the batches already queued, then ErrClosed; once the publisher has gone
 // away, the batches received, then an error wrapping ErrDisconnected.
 func (s *Subscriber) Next(ctx context.Context) (Message, error) {
@@ -298,6 +305,17 @@ func (s *Subscriber) Next(ctx context.Context) (Message, error) {
 // wait returns the next live message, or polled after a poll of the
 // replay socket (see SubscriberOptions.JoinPoll) queued what it found.
 func (s *Subscriber) wait(ctx context.Context) (_ zmq4.Msg, polled bool, _ error) {
+	if d := s.dropped.Load(); d > s.recovered && len(s.live) == 0 && s.started && s.opts.ReplayEndpoint != "" {
+		// Messages were dropped on a full queue and the queue has
+		// drained: the gap they left would show only at the next batch,
+		// which may not come for a while (a burst's tail, then a quiet
+		// publisher), so it is replayed now.
+		s.recovered = d
+		if err := s.replay(ctx, s.next, nil); err != nil && ctx.Err() != nil {
+			return zmq4.Msg{}, false, err
+		}
+		return zmq4.Msg{}, true, nil
+	}
 	var poll <-chan time.Time
 	if s.started && !s.liveSeen && s.opts.ReplayEndpoint != "" && s.opts.JoinPoll > 0 {
 		t := time.NewTimer(s.opts.JoinPoll)
@@ -335,7 +353,9 @@ func (s *Subscriber) wait(ctx context.Context) (_ zmq4.Msg, polled bool, _ error
 // every real batch that follows as a duplicate (seq < s.next), reporting
 // nothing until the publisher goes away. So such a message is returned
 // with its sequence number and error and no loss counted; a loss it
-// would have revealed is counted at the next batch that decodes.
+// would have revealed is counted at the next batch that decodes. (A
+// batch that truly does not decode, ahead of a gap, is then reported
+// twice: live, and again when the replay of the gap reaches it.)
 func (s *Subscriber) message(topic string, seq uint64, payload []byte) (Message, error) {
 	m := Message{Topic: topic, Seq: seq}
 	b, err := Decode(payload)
