@@ -1669,10 +1669,20 @@ func (h *harness) step() {
 		}
 		h.forward(id, len(q.tokens))
 		committing = id
+		long := c.longFork(c.seqs[id])
 		p, err := c.Fork(id)
 		q.committed = len(q.tokens)
 		if !okErr(err) {
 			return
+		}
+		if long {
+			h.counts["long fork"]++
+			if p.RecomputeTokens > 0 {
+				// Rare here (a windowed parent whose out-of-window unit
+				// was evicted, forked with an engine):
+				// TestLongForkRepinsARecomputeCopy makes it happen.
+				h.counts["long fork with blocks to recompute"]++
+			}
 		}
 		h.ref[p.Seq] = &refSeq{keys: q.keys, tokens: slices.Clone(q.tokens), sparse: q.sparse, committed: len(q.tokens)}
 		h.order = append(h.order, p.Seq)
@@ -1990,7 +2000,7 @@ func TestModelSliced(t *testing.T) {
 		require.Positive(t, total["long acquire"], "no Acquire ran in steps")
 		return total
 	}, func(total map[string]int) {
-		requireMet(t, total, "long acquire failed midway", "recompute", "onboard")
+		requireMet(t, total, "long acquire failed midway", "recompute", "onboard", "long fork")
 	})
 }
 
