@@ -19,17 +19,26 @@ func (p *accessCounter) Access(k UnitID) {
 	p.Policy.Access(k)
 }
 
-// gpuAccessCounter returns a factory of accessCounters and where the GPU
-// arena's is once the cache is built.
-func gpuAccessCounter() (PolicyFactory, **accessCounter) {
-	gp := new(*accessCounter)
+// gpuPolicy returns a factory of the policies newPolicy makes and where
+// the GPU arena's is once the cache is built: a test's instrumented
+// policy, looked at through the GPU's.
+func gpuPolicy[P eviction.Policy[UnitID]](newPolicy func() P) (PolicyFactory, *P) {
+	gp := new(P)
 	return func(info PoolInfo) (eviction.Policy[UnitID], error) {
-		p := &accessCounter{Policy: eviction.NewLRU[UnitID](), accesses: map[UnitID]int{}}
+		p := newPolicy()
 		if info.Tier == GPU {
 			*gp = p
 		}
 		return p, nil
 	}, gp
+}
+
+// gpuAccessCounter returns a factory of accessCounters and where the GPU
+// arena's is once the cache is built.
+func gpuAccessCounter() (PolicyFactory, **accessCounter) {
+	return gpuPolicy(func() *accessCounter {
+		return &accessCounter{Policy: eviction.NewLRU[UnitID](), accesses: map[UnitID]int{}}
+	})
 }
 
 // TestHitsReachThePolicy: a unit found on the GPU is a hit for the policy
@@ -122,16 +131,12 @@ func (p *entryRecorder) Insert(k UnitID, e eviction.Entry) error {
 // prompt, and decoded blocks as the latest chunk.
 func TestPositionWeightCountsThePrompt(t *testing.T) {
 	l := tinyLayout(t, layout.AllLayers, nil) // one unit per block
-	var gp *entryRecorder
-	factory := func(info PoolInfo) (eviction.Policy[UnitID], error) {
-		p := &entryRecorder{Policy: eviction.NewLRU[UnitID](), entries: map[UnitID]eviction.Entry{}}
-		if info.Tier == GPU {
-			gp = p
-		}
-		return p, nil
-	}
+	factory, gpp := gpuPolicy(func() *entryRecorder {
+		return &entryRecorder{Policy: eviction.NewLRU[UnitID](), entries: map[UnitID]eviction.Entry{}}
+	})
 	c, err := New(Config{Layout: l, Tiers: tiersOf(Capacity{Units: 32}, Capacity{}, factory, nil)})
 	require.NoError(t, err)
+	gp := *gpp
 	chunks := func(seq SeqID, n int) []int {
 		var out []int
 		for b := range n {
@@ -192,16 +197,10 @@ func (p *unpinRecorder) Unpin(k UnitID) {
 // recency policy evicts a step's selection from its tail.
 func TestStepPinsReleaseTailFirst(t *testing.T) {
 	l := tinyLayout(t, layout.BSA, nil) // 4 units per block: (layer, KV head)
-	var gp *unpinRecorder
-	factory := func(info PoolInfo) (eviction.Policy[UnitID], error) {
-		p := &unpinRecorder{Policy: eviction.NewLRU[UnitID]()}
-		if info.Tier == GPU {
-			gp = p
-		}
-		return p, nil
-	}
+	factory, gpp := gpuPolicy(func() *unpinRecorder { return &unpinRecorder{Policy: eviction.NewLRU[UnitID]()} })
 	c, err := New(Config{Layout: l, Tiers: tiersOf(Capacity{Units: 64}, Capacity{}, factory, nil)})
 	require.NoError(t, err)
+	gp := *gpp
 	prompt := seqTokens(16, 0) // 4 blocks
 	p, err := c.Acquire(Request{Tokens: prompt, Sparse: true})
 	require.NoError(t, err)

@@ -281,29 +281,23 @@ func (c *Cache) adoptRange(req Request, lo, hi int, t Tier, pr *adoptProgress) (
 	pr.known = nodes
 	c.commit()
 	// The units of a block are placed one after the other: the block's
-	// record is read once, for all of them (a unit's Entry is its
-	// block's but for the layer, see blockEntry). Each is placed as
-	// place does.
-	var (
-		r *blockRec
-		e eviction.Entry
-	)
+	// part of their Entry is made once, for all of them (a unit's Entry
+	// is its block's but for the layer, see blockEntry). Each is placed
+	// as place does.
+	var e eviction.Entry
 	for i := range plan.units {
 		pu := &plan.units[i]
 		if i == 0 || pu.b != plan.units[i-1].b {
-			r, e = c.units.blk(pu.b), c.blockEntry(pu.b)
+			e = c.blockEntry(pu.b)
 		}
 		a := c.tiers.arena(t, int(c.geom.slicePool[pu.slice]))
 		c.units.place(pu.u, t, pu.slot)
 		var ue eviction.Entry
-		if !a.grouped() || a.group(pu.b).tracked == 0 {
+		if a.wantsEntry(pu.b) {
 			ue = c.sliceEntry(e, int(pu.slice))
 		}
 		c.placeEntry(a, pu.u, ue, false)
-		// gainBytes, on the record at hand.
-		if r.held++; r.held == 1 {
-			c.meta.unmarkHollow(&c.units, pu.b)
-		}
+		c.gainBytes(pu.b)
 		a.adopted++
 		if int(pu.index) < matched {
 			// A new block's BlockStored said where its units are.

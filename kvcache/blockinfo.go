@@ -36,8 +36,8 @@ func (c *Cache) Blocks(dst []CachedBlock) ([]CachedBlock, error) {
 		states := c.units.statesOf(n.Value)
 		for sl := range c.geom.slices {
 			st := &states[sl]
-			if st.tier == Dropped || st.flags&unitUnwritten != 0 {
-				m = Dropped // no bytes (see hasBytes)
+			if !st.hasBytes() {
+				m = Dropped
 				break
 			}
 			m = max(m, st.tier)

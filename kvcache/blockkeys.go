@@ -55,6 +55,11 @@ func (g groupCount) stuck() int {
 // grouped reports whether the arena's policy tracks one key per block.
 func (a *arena) grouped() bool { return a.keyUnits > 1 }
 
+// wantsEntry reports whether placing a unit of block b in the arena tells
+// its policy the unit's Entry: always with a key per unit, under block
+// keys only for the block's first unit there (the block's key).
+func (a *arena) wantsEntry(b int32) bool { return !a.grouped() || a.group(b).tracked == 0 }
+
 // group returns the counts of block record b, growing the table to it.
 func (a *arena) group(b int32) *groupCount {
 	if b == a.lastGroup && a.lastCount != nil {

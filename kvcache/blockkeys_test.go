@@ -132,6 +132,28 @@ func TestBlockKeysHitsReportedOncePerBlock(t *testing.T) {
 	require.NoError(t, c.Release(d.Seq))
 }
 
+// queueEngineCache returns a cache over l and tiers whose transfers go
+// through a queueEngine (with block keys when bk), the engine, and dense,
+// which serves a dense prompt: Acquire, every transfer completed, the
+// prompt committed and released (finish), and the transfers completed
+// again; it returns the Acquire's plan.
+func queueEngineCache(t *testing.T, l *layout.Layout, tiers []TierConfig, bk bool) (*Cache, *queueEngine, func([]uint32) Plan) {
+	t.Helper()
+	store, err := NewMemoryStore(l, tiers)
+	require.NoError(t, err)
+	e := &queueEngine{store: store}
+	c, err := New(Config{Layout: l, Tiers: tiers, Engine: e, BlockKeys: bk})
+	require.NoError(t, err)
+	return c, e, func(tokens []uint32) Plan {
+		p, err := c.Acquire(Request{Tokens: tokens})
+		require.NoError(t, err)
+		e.completeAll(t, c)
+		finish(t, c, p.Seq)
+		e.completeAll(t, c)
+		return p
+	}
+}
+
 // With an Engine, a slot a block's eviction frees and the operation does
 // not take would stay its victim's until the victim's move down is done:
 // capacity a long Acquire's reservation counted on. Such victims are
@@ -141,20 +163,8 @@ func TestBlockKeysUnusedSlotsKeepReservations(t *testing.T) {
 	for _, bk := range []bool{false, true} {
 		t.Run(keysName(bk), func(t *testing.T) {
 			l := blockKeysLayout(t, 4) // 4 units per block
-			tiers := GPUAndCPU(Capacity{Units: 12}, Capacity{Units: 16})
-			store, err := NewMemoryStore(l, tiers)
-			require.NoError(t, err)
-			e := &queueEngine{store: store}
-			c, err := New(Config{Layout: l, Tiers: tiers, Engine: e, BlockKeys: bk})
-			require.NoError(t, err)
+			c, e, dense := queueEngineCache(t, l, GPUAndCPU(Capacity{Units: 12}, Capacity{Units: 16}), bk)
 			X, Y, W := seqTokens(4, 1000), seqTokens(4, 2000), seqTokens(12, 3000)
-			dense := func(tokens []uint32) {
-				p, err := c.Acquire(Request{Tokens: tokens})
-				require.NoError(t, err)
-				e.completeAll(t, c)
-				finish(t, c, p.Seq)
-				e.completeAll(t, c)
-			}
 			dense(X)
 			dense(Y)
 			dense(W) // X and Y go down to the CPU
@@ -223,16 +233,10 @@ func TestBlockKeysBrokenPolicyNotCalledByStats(t *testing.T) {
 	for _, bk := range []bool{false, true} {
 		t.Run(keysName(bk), func(t *testing.T) {
 			l := blockKeysLayout(t, 4)
-			var gp *brokenAfterPanic
-			factory := func(info PoolInfo) (eviction.Policy[UnitID], error) {
-				p := &brokenAfterPanic{Policy: eviction.NewLRU[UnitID]()}
-				if info.Tier == GPU {
-					gp = p
-				}
-				return p, nil
-			}
+			factory, gpp := gpuPolicy(func() *brokenAfterPanic { return &brokenAfterPanic{Policy: eviction.NewLRU[UnitID]()} })
 			c, err := New(Config{Layout: l, Tiers: tiersOf(Capacity{Units: 16}, Capacity{}, factory, nil), BlockKeys: bk})
 			require.NoError(t, err)
+			gp := *gpp
 			a, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
 			require.NoError(t, err)
 			finish(t, c, a.Seq)
@@ -302,21 +306,7 @@ func TestBlockKeysSparseHitsOncePerBlock(t *testing.T) {
 func TestBlockKeysEvictionKeepsBlocksWhole(t *testing.T) {
 	for _, bk := range []bool{false, true} {
 		t.Run(keysName(bk), func(t *testing.T) {
-			l := blockKeysLayout(t, 4) // 4 units per block
-			tiers := GPUAndCPU(Capacity{Units: 14}, Capacity{Units: 32})
-			store, err := NewMemoryStore(l, tiers)
-			require.NoError(t, err)
-			e := &queueEngine{store: store}
-			c, err := New(Config{Layout: l, Tiers: tiers, Engine: e, BlockKeys: bk})
-			require.NoError(t, err)
-			dense := func(tokens []uint32) Plan {
-				p, err := c.Acquire(Request{Tokens: tokens})
-				require.NoError(t, err)
-				e.completeAll(t, c)
-				finish(t, c, p.Seq)
-				e.completeAll(t, c)
-				return p
-			}
+			c, _, dense := queueEngineCache(t, blockKeysLayout(t, 4), GPUAndCPU(Capacity{Units: 14}, Capacity{Units: 32}), bk) // 4 units per block
 			A := seqTokens(4, 1000)
 			dense(A)
 			dense(seqTokens(4, 2000))

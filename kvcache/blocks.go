@@ -94,10 +94,7 @@ func (c *Cache) leaveLast(req *Request, nodes []*radix.Node[int32]) []*radix.Nod
 
 // hasBytes reports whether unit u holds bytes: it is on a tier and, on
 // the GPU, not unwritten (see unitUnwritten).
-func (c *Cache) hasBytes(u UnitID) bool {
-	st := c.units.of(u)
-	return st.tier != Dropped && st.flags&unitUnwritten == 0
-}
+func (c *Cache) hasBytes(u UnitID) bool { return c.units.of(u).hasBytes() }
 
 // lacksBytes reports whether a unit of block b in a pool of pools (all
 // pools when pools is nil) has no bytes.

@@ -78,8 +78,8 @@ func (c *Cache) forkable(s *sequence) error {
 
 // forkOf is Fork of s (Cache.mu held), whose tokens are committed
 // (forkable). cl, when not nil, is what the steps of a long Fork have
-// claimed already: the child's references to s's first cl.claimed blocks
-// and its pins of their units in its span.
+// claimed already: the child's references to s's first blocks and its
+// pins of their units in its span.
 func (c *Cache) forkOf(s *sequence, cl *forkClaim) (Plan, error) {
 	c.begin(nil)
 	B := c.geom.blockTokens
@@ -106,7 +106,7 @@ func (c *Cache) forkOf(s *sequence, cl *forkClaim) (Plan, error) {
 		// recompute copy in place, and an old span sharing that array
 		// would then name the copy too, so queuePins would keep the
 		// claim's pin on the cached block and give the copy no slot.
-		old, same = pinSpan{blocks: cl.child.blocks, lo: cl.lo}, cl.claimed
+		old, same = cl.child.span(), len(cl.child.blocks)
 		child.tables = cl.child.tables
 	}
 	for i := same; i < full; i++ {

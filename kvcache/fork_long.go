@@ -30,13 +30,12 @@ package kvcache
 // breach), the claims are released in steps, as a Release would, and the
 // Fork returns the error with nothing created.
 
-// forkClaim is what a long Fork's steps claimed: the child's references
-// to the parent's first claimed blocks, and its pins of their units in
-// the pools' spans from lo.
+// forkClaim is what a long Fork's steps claimed: child is the child as
+// far as it is claimed, its blocks the parent's first blocks it references
+// and its span (pinLo, the parent's) the units of them it pins; its
+// tables give their slots.
 type forkClaim struct {
-	child   *sequence
-	lo      []int32
-	claimed int
+	child *sequence
 	// stop says that the claim met a block with a unit that is not a
 	// settled hit: the last step plans the rest.
 	stop bool
@@ -68,10 +67,10 @@ func (c *Cache) forkInSteps(s *sequence, err *error) (Plan, error) {
 		c.unlock(err)
 		return Plan{}, *err
 	}
-	cl := &forkClaim{
-		child: &sequence{sparse: false, blocks: make([]int32, 0, s.tokens.len()/c.geom.blockTokens)},
-		lo:    c.wantLo(nil, false, s.writeFrom),
-	}
+	cl := &forkClaim{child: &sequence{
+		blocks: make([]int32, 0, s.tokens.len()/c.geom.blockTokens),
+		pinLo:  c.wantLo(nil, false, s.writeFrom),
+	}}
 	s.busy = true
 	c.long++
 	c.unlock(err)
@@ -88,11 +87,11 @@ func (c *Cache) forkInSteps(s *sequence, err *error) (Plan, error) {
 			return ferr
 		})
 	}
-	if *err != nil && cl.claimed > 0 {
+	if *err != nil && len(cl.child.blocks) > 0 {
 		// The claims are released as a Release would release them, in
 		// steps; a breach a step reports does not stop them (as in
 		// endInSteps), so that the count of long operations comes back.
-		e := &ending{s: cl.child, span: pinSpan{blocks: cl.child.blocks, lo: cl.lo}}
+		e := &ending{s: cl.child, span: cl.child.span()}
 		_ = c.step("Fork", func() error { c.beginEnd(e); return nil })
 		_ = c.runEnd("Fork", e)
 	}
@@ -109,7 +108,7 @@ func (c *Cache) forkInSteps(s *sequence, err *error) (Plan, error) {
 // (see the top of this file).
 func (c *Cache) runForkClaim(s *sequence, cl *forkClaim) error {
 	full := s.tokens.len() / c.geom.blockTokens
-	for cl.claimed < full && !cl.stop {
+	for len(cl.child.blocks) < full && !cl.stop {
 		if err := c.step("Fork", func() error { return c.forkClaimStep(s, cl, full) }); err != nil {
 			return err
 		}
@@ -124,40 +123,31 @@ func (c *Cache) forkClaimStep(s *sequence, cl *forkClaim, full int) error {
 	if c.poisoned != nil {
 		return c.poisoned
 	}
-	g := c.geom
+	child := cl.child
 	c.begin(nil)
-	c.tx.owner = cl.child
+	c.tx.owner = child
 	bud := c.newBudget()
-	end := cl.claimed
-	stop := false
-	for end < full && (end == cl.claimed || !bud.spent()) {
-		b := s.blocks[end]
-		if !c.settledIn(b, end, cl.lo) {
+	from := len(child.blocks)
+	end, stop := from, false
+	for end < full && (end == from || !bud.spent()) {
+		if !c.settledIn(s.blocks[end], end, child.pinLo) {
 			stop = true
 			break
 		}
-		c.ref(b, false)
-		base := c.units.base(b)
-		for p, pg := range g.pools {
-			if end < int(cl.lo[p]) {
-				continue
-			}
-			for _, sl := range pg.slices {
-				c.addNeed(base | UnitID(sl))
-			}
-		}
-		bud.units += g.slices
+		c.ref(s.blocks[end], false)
+		bud.units += c.geom.slices
 		end++
 	}
+	// The child comes to pin blocks [from, end) as the parent does.
+	c.queuePins(child.span(), pinSpan{blocks: s.blocks[:end], lo: child.pinLo}, from, -1, -1)
 	if err := c.execute(); err != nil {
 		return err
 	}
-	cl.child.blocks = append(cl.child.blocks, s.blocks[cl.claimed:end]...)
-	cl.claimed, cl.stop = end, stop
+	child.blocks = append(child.blocks, s.blocks[from:end]...)
+	cl.stop = stop
 	// The child's tables are filled as its pins are taken (the last
 	// step's syncTables sees only that step's).
-	cl.child.pinLo = cl.lo
-	c.syncTables(cl.child)
+	c.syncTables(child)
 	c.statsUnchanged = false
 	return nil
 }

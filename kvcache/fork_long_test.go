@@ -1,9 +1,7 @@
 package kvcache
 
 import (
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/kvtier/kvtier/layout"
 	"github.com/stretchr/testify/require"
@@ -122,38 +120,18 @@ func TestLongForkMakesOthersWait(t *testing.T) {
 		require.NoError(t, c.Commit(p.Seq, 258))
 		released := false
 		var f Plan
-		var wg sync.WaitGroup
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
+		concurrently(func() {
 			var err error
 			f, err = c.Fork(p.Seq)
 			if err != nil {
 				// The Release came first.
 				require.ErrorIs(t, err, ErrUnknownSequence)
 			}
-		}()
-		go func() {
-			defer wg.Done()
-			time.Sleep(time.Duration(round%5) * 20 * time.Microsecond)
+		}, func() {
 			var err error
-			switch round % 4 {
-			case 0:
-				_, err = c.Truncate(p.Seq, 6+round)
-			case 1:
-				_, err = c.Append(p.Seq, 1, 2, 3)
-			case 2:
-				var g Plan
-				if g, err = c.Fork(p.Seq); err == nil {
-					err = c.Release(g.Seq)
-				}
-			case 3:
-				err = c.Release(p.Seq)
-				released = true
-			}
+			released, err = cutIn(c, p.Seq, round, true)
 			require.NoError(t, err)
-		}()
-		wg.Wait()
+		})
 		require.NoError(t, c.checkInvariants(), "round %d", round)
 		if f.Tokens > 0 {
 			// The child has the parent's tokens as they were when the

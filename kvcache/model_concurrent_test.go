@@ -453,6 +453,46 @@ func (w *concurrentWorld) check(where string) {
 	}
 }
 
+// concurrently runs each of fs on a goroutine of its own and returns once
+// all have returned.
+func concurrently(fs ...func()) {
+	var wg sync.WaitGroup
+	for _, f := range fs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f()
+		}()
+	}
+	wg.Wait()
+}
+
+// cutIn changes sequence id while a long operation of it may be under
+// way: after a pause that depends on round, by round it truncates it to
+// 6+round tokens, appends 3 tokens, forks it (and releases the child) or,
+// when release allows, releases it, which it then reports.
+func cutIn(c *Cache, id SeqID, round int, release bool) (released bool, err error) {
+	time.Sleep(time.Duration(round%5) * 20 * time.Microsecond)
+	kinds := 3
+	if release {
+		kinds = 4
+	}
+	switch round % kinds {
+	case 0:
+		_, err = c.Truncate(id, 6+round)
+	case 1:
+		_, err = c.Append(id, 1, 2, 3)
+	case 2:
+		var f Plan
+		if f, err = c.Fork(id); err == nil {
+			err = c.Release(f.Seq)
+		}
+	case 3:
+		return true, c.Release(id)
+	}
+	return false, err
+}
+
 // TestLongCommitMakesOthersWait commits a 64-block sequence in steps of
 // one unit while another goroutine truncates it, appends to it or forks
 // it: its call waits for the commit (the sequence is busy), so it never
@@ -467,34 +507,16 @@ func TestLongCommitMakesOthersWait(t *testing.T) {
 	for round := range 60 {
 		p, err := c.Acquire(Request{Tokens: seqTokens(256, uint32(round)<<16)})
 		require.NoError(t, err)
-		var wg sync.WaitGroup
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
+		concurrently(func() {
 			if err := c.Commit(p.Seq, 256); err != nil {
 				// The Truncate came first.
 				require.ErrorIs(t, err, ErrOutOfRange)
 			}
-		}()
-		go func() {
-			defer wg.Done()
+		}, func() {
 			// Let the commit begin, then cut into what it commits.
-			time.Sleep(time.Duration(round%5) * 20 * time.Microsecond)
-			var err error
-			switch round % 3 {
-			case 0:
-				_, err = c.Truncate(p.Seq, 6+round)
-			case 1:
-				_, err = c.Append(p.Seq, 1, 2, 3)
-			case 2:
-				var f Plan
-				if f, err = c.Fork(p.Seq); err == nil {
-					err = c.Release(f.Seq)
-				}
-			}
+			_, err := cutIn(c, p.Seq, round, false)
 			require.NoError(t, err)
-		}()
-		wg.Wait()
+		})
 		require.NoError(t, c.checkInvariants(), "round %d", round)
 		require.NoError(t, c.Release(p.Seq))
 		require.NoError(t, c.checkInvariants(), "round %d", round)

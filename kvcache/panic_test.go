@@ -385,16 +385,10 @@ func TestCallbackGoexitIsContained(t *testing.T) {
 		require.NoError(t, c.checkInvariants())
 	})
 	t.Run("Policy", func(t *testing.T) {
-		var gp *goexitPolicy
-		factory := func(info PoolInfo) (eviction.Policy[UnitID], error) {
-			p := &goexitPolicy{Policy: eviction.NewLRU[UnitID]()}
-			if info.Tier == GPU {
-				gp = p
-			}
-			return p, nil
-		}
+		factory, gpp := gpuPolicy(func() *goexitPolicy { return &goexitPolicy{Policy: eviction.NewLRU[UnitID]()} })
 		c, err := New(Config{Layout: l, Tiers: tiersOf(Capacity{Units: 2}, Capacity{Units: 4}, factory, factory)})
 		require.NoError(t, err)
+		gp := *gpp
 		a, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
 		require.NoError(t, err)
 		finish(t, c, a.Seq)

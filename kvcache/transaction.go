@@ -923,16 +923,15 @@ func (c *Cache) markInFlight() {
 // the same: the operation's copies are done, so it stays.
 func (c *Cache) place(a *arena, u UnitID, pinned bool) {
 	var e eviction.Entry
-	if !a.grouped() || a.group(c.units.block(u)).tracked == 0 {
-		// (Under block keys only a block's first unit makes an entry.)
+	if a.wantsEntry(c.units.block(u)) {
 		e = c.entryOf(u)
 	}
 	c.placeEntry(a, u, e, pinned)
 }
 
-// placeEntry is place with u's entry, e, made by the caller: entryOf(u),
-// or anything under block keys when u's block has a tracked unit in a
-// already (the arena then tells the policy nothing of e).
+// placeEntry is place with u's entry, e, made by the caller: entryOf(u)
+// when a.wantsEntry of u's block, anything otherwise (the arena then
+// tells the policy nothing of e).
 func (c *Cache) placeEntry(a *arena, u UnitID, e eviction.Entry, pinned bool) {
 	if err := a.insert(u, e, pinned); err != nil {
 		c.poison(a, "Insert of unit %d: %w", u, err)

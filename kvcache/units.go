@@ -87,6 +87,10 @@ type unitState struct {
 	backup int32
 }
 
+// hasBytes reports whether the unit holds bytes: it is on a tier and,
+// there, not unwritten.
+func (st *unitState) hasBytes() bool { return st.tier != Dropped && st.flags&unitUnwritten == 0 }
+
 // loading reports whether a transfer still brings st's bytes to the GPU.
 func (st *unitState) loading() bool { return st.loadBy != 0 }
 

@@ -139,18 +139,7 @@ func TestSubscriberFollowsABurstWithMalformedFrames(t *testing.T) {
 			return b
 		}
 		topic := []byte("kv")
-		// Join: sequence 0 until it arrives (it may arrive more than once).
-		for i := 0; ; i++ {
-			require.Less(t, i, 500, "the subscription never took effect")
-			send(topic, seqFrame(0), payload)
-			c, cc := context.WithTimeout(context.Background(), 20*time.Millisecond)
-			m, err := s.Next(c)
-			cc()
-			if err == nil {
-				require.Equal(t, uint64(0), m.Seq)
-				break
-			}
-		}
+		joinAtZero(t, s, func() { send(topic, seqFrame(0), payload) })
 		// The burst: batches 1..burstSize; before every 7th, a malformed
 		// message of one of four kinds. A batch with a garbage payload
 		// has its own sequence number, as a publisher numbers every batch.

@@ -347,9 +347,17 @@ func addr(s zmq4.Socket) string { return "tcp://" + s.Addr().String() }
 
 // start subscribes s to f and waits until sequence 0 arrives.
 func (f *fakePublisher) start(t *testing.T, s *kvevents.Subscriber) {
+	joinAtZero(t, s, func() { f.send(t, 0) })
+}
+
+// joinAtZero calls sendZero, which publishes sequence number 0, until s
+// receives it: a subscription takes effect at the publisher some time
+// after it is made. (Sequence 0 may arrive more than once.)
+func joinAtZero(t *testing.T, s *kvevents.Subscriber, sendZero func()) {
+	t.Helper()
 	for i := 0; ; i++ {
 		require.Less(t, i, 500, "the subscription never took effect")
-		f.send(t, 0)
+		sendZero()
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		m, err := s.Next(ctx)
 		cancel()
