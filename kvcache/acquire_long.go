@@ -165,7 +165,7 @@ func (op *longAcquire) start(c *Cache) func() error {
 		np := len(c.geom.pools)
 		op.need, op.reserve, op.taken = make([]int, np), make([]int, np), make([]int, np)
 		op.lookups = make([]uint64, np*(MaxTiers+1))
-		op.build.reset(c, s)
+		op.build.reset(c.geom.kvLayers, c.geom.blockTokens, s)
 		c.begin(nil)
 		for _, n := range nodes {
 			// Referenced before anything else so that no collection can

@@ -122,6 +122,7 @@ func New(cfg Config) (*Cache, error) {
 	}
 	if c.engine != nil {
 		c.xfer.init()
+		c.tx.recordsMoves = true
 		c.keyed, _ = c.engine.(KeyedEngine)
 	}
 	for i, tc := range cfg.Tiers {

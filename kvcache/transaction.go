@@ -160,6 +160,9 @@ type txn struct {
 	loading int
 	// recording says whether the policies were told Begin.
 	recording bool
+	// recordsMoves says that the cache has a TransferEngine: the
+	// transaction records what each copy does (moves, chains) for it.
+	recordsMoves bool
 	// reserve is, for a step of a long operation, the GPU slots per pool
 	// still reserved for it (see slices.go), which stage may use and
 	// takes from; taken is what this step took out of it, given back if
@@ -395,19 +398,19 @@ func (c *Cache) execute() error {
 		c.tiers.arena(GPU, p).owner[s] = n.u
 		switch n.act {
 		case actOnboard:
-			c.recordMove(move{kind: moveLoad, from: n.from, u: n.u, slot: c.units.slotOf(n.u)})
+			c.tx.recordMove(move{kind: moveLoad, from: n.from, u: n.u, slot: c.units.slotOf(n.u)})
 			t.batch = append(t.batch, Copy{Pool: p, From: n.from, FromSlot: c.units.slotOf(n.u), To: GPU, ToSlot: s})
 		case actCopy:
-			c.recordMove(move{kind: moveCopy, from: n.from, u: n.u, src: n.src})
+			c.tx.recordMove(move{kind: moveCopy, from: n.from, u: n.u, src: n.src})
 			t.batch = append(t.batch, Copy{Pool: p, From: n.from, FromSlot: c.units.slotOf(n.src), To: GPU, ToSlot: s})
 		default:
 			if len(t.batch) > copyStart {
 				// Fresh in a slot whose victim is still moving down.
-				c.recordMove(move{kind: moveVacate, u: n.u})
+				c.tx.recordMove(move{kind: moveVacate, u: n.u})
 			}
 		}
 		if c.engine != nil && len(t.moves) > moveStart {
-			c.addChain(n, copyStart, moveStart)
+			t.addChain(&c.units, n, c.geom.sliceLayer[c.units.slice(n.u)], copyStart, moveStart)
 		}
 	}
 	c.flushSpare()
@@ -426,7 +429,7 @@ func (c *Cache) execute() error {
 		// A step of a long operation: its chains join the operation's
 		// open transfers, started when it is planned.
 		before := t.build.loading
-		c.addChains(t.build)
+		c.xfer.addChains(t.build, t, &c.units)
 		t.loading = t.build.loading - before
 	default:
 		t.loading = c.submit(t.owner)
@@ -742,7 +745,7 @@ func (c *Cache) evictUnit(a *arena, t Tier, p int, v UnitID, drop bool) (slot in
 			// Reserved for v, which the tier's policy hears of at
 			// commit, like every unit an operation places.
 			c.tiers.arena(t+1, p).owner[ds] = v
-			c.recordMove(move{kind: moveDown, from: t, u: v, slot: ds})
+			tx.recordMove(move{kind: moveDown, from: t, u: v, slot: ds})
 			tx.batch = append(tx.batch, Copy{Pool: p, From: t, FromSlot: s, To: t + 1, ToSlot: ds})
 			to = ds
 		}
