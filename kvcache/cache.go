@@ -59,9 +59,6 @@ type Cache struct {
 	keyed  KeyedEngine // engine, when it is one
 	// blockKeys is Config.BlockKeys (see blockkeys.go).
 	blockKeys bool
-	// media is, with events on, the tier each unit of each tree block
-	// was last reported on, by block record (see Medium, BlockMoved).
-	media     map[int32][]Tier
 	xfer      transfers // transfers in flight (transfers.go)
 	wt        writeThrough
 	decider   Decider
@@ -149,9 +146,6 @@ func New(cfg Config) (*Cache, error) {
 	}
 	c.events.init(cfg.Events, cfg.EventBuffer)
 	c.events.blocksOnly = cfg.BlockEventsOnly
-	if c.events.enabled() {
-		c.media = make(map[int32][]Tier)
-	}
 	c.snap = c.stats()
 	return c, nil
 }

@@ -40,7 +40,7 @@ func (c *Cache) Clear() (err error) {
 	}))
 	if c.events.enabled() {
 		c.events.emit(Event{Kind: AllCleared})
-		clear(c.media)
+		clear(c.events.media)
 	}
 	return nil
 }

@@ -30,6 +30,10 @@ type eventLog struct {
 
 	// running holds the events of the running operation (Cache.mu).
 	running []Event
+	// media is, with events on, the tier each unit of each tree block
+	// was last reported on, by block record (see Medium, BlockMoved):
+	// what a consumer of the events believes (Cache.mu).
+	media map[int32][]Tier
 
 	// ring is the TakeEvents buffer (Cache.mu): n events from head, of
 	// capacity len(ring); nil when Config.EventBuffer is 0.
@@ -70,6 +74,9 @@ func (q *eventLog) init(sink EventSink, buffer int) {
 	q.turn.L = &q.dmu
 	if buffer > 0 {
 		q.ring = make([]Event, buffer)
+	}
+	if q.enabled() {
+		q.media = make(map[int32][]Tier)
 	}
 }
 

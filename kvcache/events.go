@@ -117,7 +117,7 @@ func (c *Cache) emitMove(u UnitID, from, to Tier) {
 		c.events.emit(Event{Kind: UnitMoved, Hash: n.Hash(), ParentHash: ph, HasParent: hp,
 			Namespace: keys.Namespace, LoRA: keys.LoRA, Slice: s, Pool: c.geom.poolOfSlice(s), From: from, To: to})
 	}
-	units := c.media[c.units.block(u)]
+	units := c.events.media[c.units.block(u)]
 	if units == nil {
 		return
 	}
@@ -162,9 +162,9 @@ func (c *Cache) emitBlock(kind EventKind, b int32, to Tier) {
 		for i := range units {
 			units[i] = to
 		}
-		c.media[b] = units
+		c.events.media[b] = units
 	case BlockRemoved:
-		delete(c.media, b)
+		delete(c.events.media, b)
 	}
 	c.events.emit(e)
 }

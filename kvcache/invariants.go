@@ -319,6 +319,18 @@ func (c *Cache) accounting(policies bool) error {
 	if err := c.xfer.check(c.seqs); err != nil {
 		return err
 	}
+	if err := c.tiers.check(len(c.geom.pools)); err != nil {
+		return err
+	}
+	if err := c.tx.check(&c.tiers); err != nil {
+		return err
+	}
+	if err := c.events.check(c.geom.slices, c.tiers.last()); err != nil {
+		return err
+	}
+	if err := c.checkMedia(); err != nil {
+		return err
+	}
 	treeNodes := 0
 	for n := range c.tree.All() {
 		treeNodes++
@@ -457,6 +469,114 @@ func (x *transfers) check(seqs map[SeqID]*sequence) error {
 				return fmt.Errorf("seq %d waits on transfer %d, which is over, does not list it, or twice", id, w)
 			}
 		}
+	}
+	return nil
+}
+
+// check verifies the tier set's shape: one to MaxTiers tiers, each with
+// one arena per pool that knows its tier, and no arena replaying a
+// transactional policy's log between operations.
+func (ts *tierSet) check(pools int) error {
+	if n := len(ts.levels); n == 0 || n > MaxTiers {
+		return fmt.Errorf("%d tiers", n)
+	}
+	for i, l := range ts.levels {
+		if len(l.arenas) != pools {
+			return fmt.Errorf("tier %d (%s): %d arenas, %d pools", i+1, l.name, len(l.arenas), pools)
+		}
+		for p, a := range l.arenas {
+			if a == nil || a.tier != Tier(i+1) || a.replaying {
+				return fmt.Errorf("tier %d (%s) pool %d: arena missing, of another tier or replaying", i+1, l.name, p)
+			}
+		}
+	}
+	return nil
+}
+
+// check verifies the transaction between operations: none is open, being
+// executed or committed, its undo log is empty, and no arena of ts keeps
+// spare slots (with block keys) that a transaction filled: a commit
+// releases them and a rollback gives them back.
+func (t *txn) check(ts *tierSet) error {
+	if t.open || t.executing || t.committing || t.moverExited || t.recording {
+		return fmt.Errorf("transaction left open (open %t, executing %t, committing %t, mover exited %t, recording %t)",
+			t.open, t.executing, t.committing, t.moverExited, t.recording)
+	}
+	if len(t.undo) > 0 || len(t.spared) > 0 {
+		return fmt.Errorf("closed transaction keeps %d undo records and %d arenas with spare slots", len(t.undo), len(t.spared))
+	}
+	var err error
+	ts.each(func(a *arena) {
+		if err == nil && (len(a.spare) > 0 || a.spareNext > 0) {
+			err = fmt.Errorf("%s: %d spare slots left by a closed transaction", a.tier, len(a.spare))
+		}
+	})
+	return err
+}
+
+// check verifies the event log between operations (Cache.mu held): no
+// event is left queued by an operation, the TakeEvents buffer's window
+// lies within it, its unreported losses are among those it counted, and
+// each block's media lists a tier (last is the lowest) or Dropped for
+// each of the slices of a block.
+func (q *eventLog) check(slices int, last Tier) error {
+	if len(q.running) > 0 {
+		return fmt.Errorf("events: %d events of an ended operation not published", len(q.running))
+	}
+	if q.n < 0 || q.n > len(q.ring) || q.head < 0 || (len(q.ring) > 0 && q.head >= len(q.ring)) || (len(q.ring) == 0 && q.head != 0) {
+		return fmt.Errorf("events: buffer window %d+%d out of its %d slots", q.head, q.n, len(q.ring))
+	}
+	if q.lost > q.dropped {
+		return fmt.Errorf("events: %d lost events unreported, %d dropped in all", q.lost, q.dropped)
+	}
+	if q.media != nil && !q.enabled() {
+		return fmt.Errorf("events: media kept with events off")
+	}
+	for b, m := range q.media {
+		if len(m) != slices {
+			return fmt.Errorf("events: block %d has media for %d slices, want %d", b, len(m), slices)
+		}
+		for s, t := range m {
+			if t != Dropped && (t < GPU || t > last) {
+				return fmt.Errorf("events: block %d slice %d reported on tier %d", b, s, t)
+			}
+		}
+	}
+	return nil
+}
+
+// checkMedia verifies, with events on, that what the events reported of
+// each tree block is where its units are: every block of the tree, and no
+// other, has media, and each unit's is its tier (Dropped for a GPU unit
+// whose bytes did not arrive).
+func (c *Cache) checkMedia() error {
+	if !c.events.enabled() {
+		return nil
+	}
+	inTree := 0
+	for b := range c.units.records() {
+		r := c.units.blk(b)
+		if !r.live || r.node == nil {
+			continue
+		}
+		inTree++
+		m, ok := c.events.media[b]
+		if !ok {
+			return fmt.Errorf("events: tree block %d has no media", b)
+		}
+		for s := range c.geom.slices {
+			st := c.units.of(c.units.id(b, s))
+			want := st.tier
+			if want == GPU && st.flags&unitUnwritten != 0 {
+				want = Dropped
+			}
+			if m[s] != want {
+				return fmt.Errorf("events: block %d slice %d reported on %s, its unit is on %s", b, s, m[s], want)
+			}
+		}
+	}
+	if inTree != len(c.events.media) {
+		return fmt.Errorf("events: %d tree blocks, %d with media", inTree, len(c.events.media))
 	}
 	return nil
 }

@@ -8,7 +8,8 @@ import (
 )
 
 // TestPartChecksCatchCorruption: each part's own invariant check (the
-// arena's, the unit table's, the transfers') finds a corruption of its
+// arena's, the unit table's, the transfers', the tier set's, the
+// transaction's, the event log's) finds a corruption of its
 // state, and checkInvariants reports it (first the part's, or first the
 // stale Stats snapshot the same corruption shows in).
 func TestPartChecksCatchCorruption(t *testing.T) {
@@ -56,6 +57,20 @@ func TestPartChecksCatchCorruption(t *testing.T) {
 			c.units.freeLen++
 			return func() { c.units.freeLen-- }
 		}, func() error { return c.units.check(c.units.live() + 1) }, "on the free list"},
+		{"transaction left with an undo record", func() func() {
+			c.tx.log(undoRec{})
+			return func() { c.tx.undo = c.tx.undo[:0] }
+		}, func() error { return c.tx.check(&c.tiers) }, "undo records"},
+		{"tier set holds an arena of another tier", func() func() {
+			l := &c.tiers.levels[0]
+			saved := l.arenas[0]
+			l.arenas[0] = c.tiers.arena(CPU, 0)
+			return func() { l.arenas[0] = saved }
+		}, func() error { return c.tiers.check(len(c.geom.pools)) }, "of another tier"},
+		{"event log keeps an ended operation's events", func() func() {
+			c.events.running = append(c.events.running, Event{Kind: BlockStored})
+			return func() { c.events.running = c.events.running[:0] }
+		}, func() error { return c.events.check(c.geom.slices, c.tiers.last()) }, "not published"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c.mu.Lock()
@@ -68,4 +83,32 @@ func TestPartChecksCatchCorruption(t *testing.T) {
 			require.NoError(t, c.checkInvariants())
 		})
 	}
+}
+
+// TestMediaCheckCatchesCorruption: with events on, the check that what the
+// events reported of each block is where its units are finds a block
+// reported on the wrong tier, and one the events forgot.
+func TestMediaCheckCatchesCorruption(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	c, err := New(Config{Layout: l, Tiers: GPUAndCPU(Capacity{Units: 16}, Capacity{Units: 16}), EventBuffer: 64})
+	require.NoError(t, err)
+	p, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
+	require.NoError(t, err)
+	require.NoError(t, c.Commit(p.Seq, 8))
+	require.NoError(t, c.checkInvariants())
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.NotEmpty(t, c.events.media, "setup: no block was reported stored")
+	for b, m := range c.events.media {
+		saved := m[0]
+		m[0] = CPU
+		require.ErrorContains(t, c.accounting(true), "reported on")
+		m[0] = saved
+		delete(c.events.media, b)
+		require.ErrorContains(t, c.accounting(true), "has no media")
+		c.events.media[b] = m
+		break
+	}
+	require.NoError(t, c.accounting(true))
 }

@@ -909,7 +909,7 @@ func (c *Cache) dropUnit(u UnitID) {
 }
 
 // markInFlight holds the units the committed transaction's copies move,
-// and the copies' sources, for their transfers (see transfers.go; submit
+// and the copies' sources, for their transfers (see transfers.go; addChains
 // names the transfers in the units' loadBy and storeBy).
 func (c *Cache) markInFlight() {
 	for _, m := range c.tx.moves {
