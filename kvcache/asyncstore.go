@@ -3,6 +3,7 @@ package kvcache
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 )
@@ -20,6 +21,10 @@ type AsyncOptions struct {
 	// CopyTime how long each copy takes (a sleep before it): a simulated
 	// link.
 	Latency, CopyTime time.Duration
+	// Jitter, when positive, adds a random wait in [0, Jitter) to each
+	// transfer's Latency, so that transfers finish out of the order they
+	// started in, as on a link that other traffic shares.
+	Jitter time.Duration
 	// Fail, when not nil, is asked once per transfer, before it runs; a
 	// non-nil error fails the transfer: its first half of copies is
 	// performed, the next destination is overwritten with garbage (a copy
@@ -63,8 +68,8 @@ func NewAsyncMemoryStore(m *MemoryStore, opts AsyncOptions) (*AsyncMemoryStore, 
 		return nil, fmt.Errorf("%w: nil MemoryStore", ErrInvalidConfig)
 	case opts.Workers < 0:
 		return nil, fmt.Errorf("%w: Workers %d is negative", ErrInvalidConfig, opts.Workers)
-	case opts.Latency < 0 || opts.CopyTime < 0:
-		return nil, fmt.Errorf("%w: Latency %v or CopyTime %v is negative", ErrInvalidConfig, opts.Latency, opts.CopyTime)
+	case opts.Latency < 0 || opts.CopyTime < 0 || opts.Jitter < 0:
+		return nil, fmt.Errorf("%w: Latency %v, CopyTime %v or Jitter %v is negative", ErrInvalidConfig, opts.Latency, opts.CopyTime, opts.Jitter)
 	}
 	a := &AsyncMemoryStore{store: m, opts: opts}
 	a.cond = sync.NewCond(&a.mu)
@@ -133,7 +138,11 @@ func (a *AsyncMemoryStore) run(copies []Copy) error {
 	if fail != nil {
 		n /= 2
 	}
-	sleep(a.opts.Latency)
+	wait := a.opts.Latency
+	if a.opts.Jitter > 0 {
+		wait += rand.N(a.opts.Jitter)
+	}
+	sleep(wait)
 	for i := range copies[:n] {
 		sleep(a.opts.CopyTime)
 		if err := a.store.Copy(copies[i : i+1]); err != nil {
