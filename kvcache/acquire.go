@@ -68,6 +68,7 @@ func (c *Cache) Acquire(req Request) (_ Plan, err error) {
 	if err := c.lock("Acquire"); err != nil {
 		return Plan{}, err
 	}
+	c.applyFinished()
 	defer c.unlock(&err)
 	if c.poisoned != nil {
 		return Plan{}, c.poisoned

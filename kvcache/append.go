@@ -38,6 +38,7 @@ func (c *Cache) append(id SeqID, tokens []uint32, committed bool) (_ Plan, again
 	if err := c.lock("Append"); err != nil {
 		return Plan{}, false, err
 	}
+	applied := c.applyFinished()
 	s, err := c.lookupToChange(id)
 	if err == nil && !committed && len(tokens) > 0 && c.longCommit(s, s.tokens.len()) {
 		err := c.commitInSteps("Append", s, s.tokens.len(), &err)
@@ -48,6 +49,9 @@ func (c *Cache) append(id SeqID, tokens []uint32, committed bool) (_ Plan, again
 		return Plan{}, false, err
 	}
 	p, err := c.appendTo(s, tokens)
+	if applied {
+		c.statsUnchanged = false // what appendTo says, transfers aside
+	}
 	return p, false, err
 }
 

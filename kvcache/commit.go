@@ -38,12 +38,14 @@ import (
 // nothing. Committing fewer tokens than already committed does nothing.
 //
 // With a TransferEngine, a block whose units' slots are still being
-// vacated (a victim's bytes moving down out of them) is committed
-// when those transfers finish, by whichever call applies them: until then
-// other requests do not reuse it, and a Release or Abort of the sequence
-// before then discards it like an uncommitted block. A server that wants
-// such blocks shared waits until the sequence's Readiness reports no
-// pending transfer (WaitReady with layer -1) before it releases it.
+// vacated (a victim's bytes moving down out of them), or whose equal
+// cached block is still being loaded, is committed when those transfers
+// finish, by the calls that apply them (a step's worth of blocks per
+// call): until then other requests do not reuse it, and a Release or
+// Abort of the sequence before then discards it like an uncommitted
+// block. The sequence's Readiness counts such a commit as pending until
+// it is done, so a server that wants the blocks shared waits for Pending
+// 0 (WaitReady with layer -1) before it releases the sequence.
 //
 // It returns an error wrapping ErrUnknownSequence, or ErrOutOfRange when
 // upTo is negative or more than the sequence holds.

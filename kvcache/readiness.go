@@ -17,7 +17,12 @@ type Readiness struct {
 	// loads of the layers after it (the cache starts an operation's
 	// transfers layer by layer).
 	Layers []bool
-	// Pending counts the unfinished transfers the sequence waits on.
+	// Pending counts the unfinished transfers the sequence waits on, and
+	// one more while a Commit of the sequence is not done: it waits for
+	// transfers that vacate its blocks' slots, or it goes on a step's
+	// worth of blocks per call once they are done. A server that wants
+	// its committed blocks shared before it releases the sequence waits
+	// for Pending 0 (WaitReady with layer -1).
 	Pending int
 	// Recompute lists the token ranges of the sequence's blocks whose
 	// loads or copies failed: the server computes them into the slots its
@@ -72,6 +77,9 @@ func (c *Cache) readiness(s *sequence, r *Readiness) {
 		r.Layers = append(r.Layers, true)
 	}
 	r.Pending = len(s.waits)
+	if _, ok := c.xfer.declared[s]; ok {
+		r.Pending++
+	}
 	r.Recompute = r.Recompute[:0]
 	for _, id := range s.waits {
 		tr := c.xfer.byID[id]

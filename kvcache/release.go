@@ -9,8 +9,9 @@ import (
 // blocks stay cached (lazy eviction) until a policy picks them; what it had
 // not committed (see Commit) is discarded, never shared. A server that wants
 // the tokens of a sequence's last step shared calls Commit first (and, with
-// a TransferEngine, waits for the sequence's pending transfers: a commit
-// that waits for them is discarded by a Release that comes first). Blocks are
+// a TransferEngine, waits until the sequence's Readiness reports nothing
+// pending: a commit that waits for transfers is discarded by a Release
+// that comes first). Blocks are
 // unpinned from the sequence's last block to its first (with the blocks its
 // last SparseAccess pinned, in the same order), so a recency policy (whose
 // Unpin counts as the latest use, as vLLM's free queue does) evicts a

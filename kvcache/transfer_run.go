@@ -121,6 +121,21 @@ func (c *Cache) poll() int {
 	return n
 }
 
+// applyFinished applies what the engine reported finished since the
+// last call (up to a step's worth, see poll) before an operation that
+// places units looks at the cache (Cache.mu held, no transaction open):
+// the slots those transfers held are then free or evictable for it, so
+// that it does not fail with ErrNoSpace for want of slots that only the
+// cache's books still hold, and its hits on units they loaded are
+// readable at once. It reports whether it applied anything.
+func (c *Cache) applyFinished() bool {
+	if c.xfer.byID == nil || !c.xfer.hasWork() {
+		return false
+	}
+	c.poll()
+	return true
+}
+
 // applyBudget is the most moves one call applies (see poll).
 func (c *Cache) applyBudget() int { return c.placeBudget().max }
 
@@ -296,11 +311,15 @@ func (c *Cache) settleTransfers() {
 			}
 			// A step's worth per call (see slices.go): what is left
 			// stays declared, for the next.
-			full := s.declaredUpTo / B
+			full, before := s.declaredUpTo/B, s.firstPrivate
 			c.commitBlocks(s, min(full, s.firstPrivate+c.commitBudget())*B)
 			if _, waits := x.declared[s]; !waits && s.firstPrivate < full {
 				x.declared[s] = struct{}{}
 				x.behind = true
+			}
+			if _, still := x.declared[s]; s.firstPrivate > before || !still {
+				// Waiters see the commit go on, or end (Readiness
+				// counts it pending until then).
 				x.inbox.poke()
 			}
 		}

@@ -37,6 +37,7 @@ func (c *Cache) Truncate(id SeqID, n int) (_ Plan, err error) {
 	if err := c.lock("Truncate"); err != nil {
 		return Plan{}, err
 	}
+	c.applyFinished()
 	defer c.unlock(&err)
 	s, err := c.lookupToChange(id)
 	if err != nil {
