@@ -269,8 +269,7 @@ type spareSlot struct {
 // deferEviction moves the copies and moves appended to the transaction
 // since (b0, m0) (those of one victim of a block eviction, made in slot s)
 // to its deferred buffers, and makes s a spare slot of arena a.
-func (c *Cache) deferEviction(a *arena, s int32, v UnitID, b0, m0 int) {
-	t := &c.tx
+func (t *txn) deferEviction(a *arena, s int32, v UnitID, b0, m0 int) {
 	sp := spareSlot{slot: s, victim: v, c0: int32(len(t.defCopies)), m0: int32(len(t.defMoves))}
 	t.defCopies = append(t.defCopies, t.batch[b0:]...)
 	for _, m := range t.moves[m0:] {
@@ -289,7 +288,7 @@ func (c *Cache) deferEviction(a *arena, s int32, v UnitID, b0, m0 int) {
 
 // takeSpare returns a spare slot of arena a, its victim's copies and moves
 // appended to the transaction's now: the caller's chain.
-func (c *Cache) takeSpare(a *arena) (int32, bool) {
+func (t *txn) takeSpare(a *arena) (int32, bool) {
 	if a.spareNext == len(a.spare) {
 		return 0, false
 	}
@@ -297,14 +296,13 @@ func (c *Cache) takeSpare(a *arena) (int32, bool) {
 	// have been dropped for want of a taker).
 	sp := &a.spare[a.spareNext]
 	a.spareNext++
-	c.appendDeferred(sp)
+	t.appendDeferred(sp)
 	return sp.slot, true
 }
 
 // appendDeferred appends spare slot sp's deferred copies and moves to the
 // transaction's.
-func (c *Cache) appendDeferred(sp *spareSlot) {
-	t := &c.tx
+func (t *txn) appendDeferred(sp *spareSlot) {
 	base := int32(len(t.batch)) - sp.c0
 	t.batch = append(t.batch, t.defCopies[sp.c0:sp.c1]...)
 	for _, m := range t.defMoves[sp.m0:sp.m1] {
@@ -317,10 +315,10 @@ func (c *Cache) appendDeferred(sp *spareSlot) {
 }
 
 // flushSpare appends the deferred copies and moves of every spare slot
-// left unused by the running transaction, at the end of its planning:
-// with an Engine, those of each slot make a chain in its victim's KV layer.
-func (c *Cache) flushSpare() {
-	t := &c.tx
+// left unused by the transaction, at the end of its planning: when it
+// records moves (with an Engine), those of each slot make a chain in its
+// victim's KV layer (sliceLayer gives a slice's).
+func (t *txn) flushSpare(units *unitTable, sliceLayer []int32) {
 	for _, a := range t.spared {
 		for i := a.spareNext; i < len(a.spare); i++ {
 			sp := &a.spare[i]
@@ -329,11 +327,11 @@ func (c *Cache) flushSpare() {
 				continue
 			}
 			copyStart, moveStart := len(t.batch), len(t.moves)
-			c.appendDeferred(sp)
-			if c.engine != nil && len(t.moves) > moveStart {
+			t.appendDeferred(sp)
+			if t.recordsMoves && len(t.moves) > moveStart {
 				t.chains = append(t.chains, chain{copyStart: int32(copyStart), copyEnd: int32(len(t.batch)),
 					moveStart: int32(moveStart), moveEnd: int32(len(t.moves)),
-					kvLayer: c.geom.sliceLayer[c.units.slice(sp.victim)], block: c.units.block(sp.victim)})
+					kvLayer: sliceLayer[units.slice(sp.victim)], block: units.block(sp.victim)})
 			}
 		}
 	}

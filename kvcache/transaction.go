@@ -398,22 +398,22 @@ func (c *Cache) execute() error {
 		c.tiers.arena(GPU, p).owner[s] = n.u
 		switch n.act {
 		case actOnboard:
-			c.tx.recordMove(move{kind: moveLoad, from: n.from, u: n.u, slot: c.units.slotOf(n.u)})
+			t.recordMove(move{kind: moveLoad, from: n.from, u: n.u, slot: c.units.slotOf(n.u)})
 			t.batch = append(t.batch, Copy{Pool: p, From: n.from, FromSlot: c.units.slotOf(n.u), To: GPU, ToSlot: s})
 		case actCopy:
-			c.tx.recordMove(move{kind: moveCopy, from: n.from, u: n.u, src: n.src})
+			t.recordMove(move{kind: moveCopy, from: n.from, u: n.u, src: n.src})
 			t.batch = append(t.batch, Copy{Pool: p, From: n.from, FromSlot: c.units.slotOf(n.src), To: GPU, ToSlot: s})
 		default:
 			if len(t.batch) > copyStart {
 				// Fresh in a slot whose victim is still moving down.
-				c.tx.recordMove(move{kind: moveVacate, u: n.u})
+				t.recordMove(move{kind: moveVacate, u: n.u})
 			}
 		}
-		if c.engine != nil && len(t.moves) > moveStart {
+		if t.recordsMoves && len(t.moves) > moveStart {
 			t.addChain(&c.units, n, c.geom.sliceLayer[c.units.slice(n.u)], copyStart, moveStart)
 		}
 	}
-	c.flushSpare()
+	t.flushSpare(&c.units, c.geom.sliceLayer)
 	if c.poisoned != nil {
 		return c.abort(c.poisoned)
 	}
@@ -630,7 +630,7 @@ func (c *Cache) copyFailed(err error) error {
 func (c *Cache) takeSlot(t Tier, p int) (slot int32, ok bool, err error) {
 	tx := &c.tx
 	a := c.tiers.arena(t, p)
-	if s, ok := c.takeSpare(a); ok {
+	if s, ok := c.tx.takeSpare(a); ok {
 		// Emptied by this operation: its victim's undo gives it back.
 		return s, true, nil
 	}
@@ -693,7 +693,7 @@ func (c *Cache) evictBlock(a *arena, t Tier, p int) (slot int32, ok bool, err er
 		if slot < 0 {
 			slot = s
 		} else {
-			c.deferEviction(a, s, v, b0, m0)
+			tx.deferEviction(a, s, v, b0, m0)
 		}
 	}
 	return slot, true, nil
