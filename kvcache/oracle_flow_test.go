@@ -53,6 +53,9 @@ func noSpace(err error) error {
 // serve runs one request from Acquire to Release and returns its tokens
 // (prompt and generated).
 func (s *oracleServer) serve(r oracleReq, rng *rand.Rand) ([]uint32, error) {
+	if s.sparse {
+		return s.serveSparse(r, rng)
+	}
 	req := kvcache.Request{Tokens: r.prompt, MaxLoadTokens: r.maxLoad, ComputeLast: r.computeLast, LoRA: r.lora, Extra: r.extra, Priorities: r.priorities}
 	if s.lookup != nil {
 		if err := s.lookup(req); err != nil {

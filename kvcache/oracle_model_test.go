@@ -3,6 +3,7 @@ package kvcache_test
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 )
 
 // tinyModel is a deterministic decoder-only transformer small enough to run
@@ -29,6 +30,11 @@ type tinyModel struct {
 	// head derives its K and V by the up-projections wuk and wuv.
 	latent         int
 	wdkv, wuk, wuv [][]float32 // per layer
+	// sparse, when not nil, marks the layers with block-sparse attention
+	// (see selected): each stored KV head of such a layer reads only the
+	// blocks of block tokens its selection names.
+	sparse []bool
+	block  int
 }
 
 // kvAccess is where a forward pass keeps K/V. read returns the K and V
@@ -166,23 +172,16 @@ func (m *tinyModel) embed(p int, tok uint32, salt uint64) []float32 {
 // layer runs layer l of the token at position p on its hidden state x (in
 // place): it writes the token's K/V through kv (unless write is false: a
 // token whose K/V is stored already), then attends over the window ending at
-// p, reading every position's K/V, its own included, through kv. The result
-// depends only on x and on the K/V of positions up to p, so running the
-// positions of a prefill one by one or layer by layer gives the same bits.
+// p, reading every position's K/V, its own included, through kv (in a
+// sparse layer, only those of the blocks its KV head selects at p). The
+// result depends only on x and on the K/V of positions up to p, so running
+// the positions of a prefill one by one or layer by layer gives the same
+// bits.
 func (m *tinyModel) layer(kv kvAccess, l, p int, x []float32, write bool) error {
 	h := rmsNorm(nil, x)
-	if write && l%m.cla == 0 && m.latent > 0 {
-		if err := kv.write(l, 0, p, matvec(nil, h, m.wdkv[l], m.latent), nil); err != nil {
+	if write {
+		if err := m.writeKV(kv, l, p, h); err != nil {
 			return err
-		}
-	} else if write && l%m.cla == 0 {
-		k := matvec(nil, h, m.wk[l], m.kvHeads*m.headDim)
-		v := matvec(nil, h, m.wv[l], m.kvHeads*m.headDim)
-		for kh := range m.kvHeads {
-			lo, hi := kh*m.headDim, (kh+1)*m.headDim
-			if err := kv.write(l, kh, p, k[lo:hi], v[lo:hi]); err != nil {
-				return err
-			}
 		}
 	}
 	q := matvec(nil, h, m.wq[l], m.qHeads*m.headDim)
@@ -198,7 +197,14 @@ func (m *tinyModel) layer(kv kvAccess, l, p int, x []float32, write bool) error 
 		qv := q[qh*m.headDim : (qh+1)*m.headDim]
 		scores, vs = scores[:0], vs[:0]
 		maxS := float32(math.Inf(-1))
+		var sel []int
+		if m.sparse != nil && m.sparse[l] {
+			sel = m.selected(l, m.storedHead(qh), p)
+		}
 		for j := first; j <= p; j++ {
+			if sel != nil && !slices.Contains(sel, j/m.block) {
+				continue
+			}
 			kj, vj, err := m.kvAt(kv, l, qh, j)
 			if err != nil {
 				return err
@@ -236,6 +242,54 @@ func (m *tinyModel) layer(kv kvAccess, l, p int, x []float32, write bool) error 
 		x[i] += float32(math.Tanh(float64(ff[i])))
 	}
 	return nil
+}
+
+// writeKV computes the K/V of the token at position p in layer l from its
+// normalised hidden state h and writes them through kv, unless the layer
+// reads the K/V of an earlier one (cross-layer attention).
+func (m *tinyModel) writeKV(kv kvAccess, l, p int, h []float32) error {
+	if l%m.cla != 0 {
+		return nil
+	}
+	if m.latent > 0 {
+		return kv.write(l, 0, p, matvec(nil, h, m.wdkv[l], m.latent), nil)
+	}
+	k := matvec(nil, h, m.wk[l], m.kvHeads*m.headDim)
+	v := matvec(nil, h, m.wv[l], m.kvHeads*m.headDim)
+	for kh := range m.kvHeads {
+		lo, hi := kh*m.headDim, (kh+1)*m.headDim
+		if err := kv.write(l, kh, p, k[lo:hi], v[lo:hi]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// storedHead returns the stored KV head query head qh reads: its GQA
+// group's, or the one latent head under MLA.
+func (m *tinyModel) storedHead(qh int) int {
+	if m.latent > 0 {
+		return 0
+	}
+	return qh / (m.qHeads / m.kvHeads)
+}
+
+// selected returns the blocks stored KV head h of sparse layer l reads at
+// position p: the first block (the attention sink), the block of p and
+// the one before it, and one drawn by a hash of (p, l, h). It depends on
+// nothing else (the block count at p is p/block+1), so recomputing a token
+// later, to restore its K/V, selects what its first computation did.
+func (m *tinyModel) selected(l, h, p int) []int {
+	pb := p / m.block
+	z := uint64(p+1)*0x9E3779B97F4A7C15 ^ uint64(l+1)*0xBF58476D1CE4E5B9 ^ uint64(h+1)*0x94D049BB133111EB
+	z ^= z >> 31
+	z *= 0xD6E8FEB86659FD93
+	z ^= z >> 32
+	sel := []int{0, pb, int(z % uint64(pb+1))}
+	if pb > 0 {
+		sel = append(sel, pb-1)
+	}
+	return sel
 }
 
 // logits returns the output of the last layer's hidden state x (tied

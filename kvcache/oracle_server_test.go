@@ -44,6 +44,15 @@ type oracleServer struct {
 	tolerate               bool
 	mismatches, logitsSeen atomic.Int64
 	kvSeen                 atomic.Int64
+	// sparse serves every request as a sparse sequence (see
+	// oracle_sparse_test.go), and counts what its SparseAccess calls did:
+	// the calls (those with Selection.Keep, of a restore, apart), the
+	// units they onboarded from a lower tier, those they restored
+	// (SparseUnit.From Dropped) and the onboarded ones rewritten because
+	// Readiness reported a failed load in their block.
+	sparse                                      bool
+	sparseCalls, sparseOnboards, sparseRestores atomic.Int64
+	sparseKeeps, sparseFailed                   atomic.Int64
 }
 
 type elemLoc struct {
@@ -124,6 +133,8 @@ type oracleSeq struct {
 	// lora and extra are the request's LoRA and extra keys (see salt).
 	lora  string
 	extra []radix.ExtraKey
+	// sp is the state of a sparse sequence's step (see sparseState).
+	sp sparseState
 }
 
 func (s *oracleServer) newSeq(id kvcache.SeqID, tokens []uint32) *oracleSeq {
@@ -200,6 +211,12 @@ func (q *oracleSeq) write(l, h, p int, k, v []float32) error {
 	if !inRanges(q.writable, p) {
 		return fmt.Errorf("oracle: seq %d writes position %d (layer %d), outside the ranges it was told to compute %v", q.id, p, l, q.writable)
 	}
+	return q.put(l, h, p, k, v)
+}
+
+// put stores the K/V of head h of layer l at position p into the slot the
+// block tables give, whatever the position (write checks that first).
+func (q *oracleSeq) put(l, h, p int, k, v []float32) error {
 	for comp, vec := range [2][]float32{k, v} {
 		if len(vec) == 0 {
 			continue // no V under MLA

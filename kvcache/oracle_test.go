@@ -50,6 +50,10 @@ type oracleConfig struct {
 	link      costmodel.Link
 	// blockKeys is Config.BlockKeys.
 	blockKeys bool
+	// sparse serves every request as a sparse sequence whose model has
+	// block-sparse attention in layers 0, 2 and 3 (see
+	// oracle_sparse_test.go).
+	sparse bool
 }
 
 func oracleConfigs() []oracleConfig {
@@ -82,6 +86,14 @@ func oracleConfigs() []oracleConfig {
 		{name: "bsa-mla-cla-fifo-blockkeys", kind: layout.BSA, mla: 12, cla: 2, policy: fifo, gpu: 40, cpu: 30, blockKeys: true},
 		{name: "paged-async-layerwise-blockkeys", kind: layout.PagedLayer, policy: lru, gpu: 40, cpu: 40, async: true, layerWise: true, failPct: 15, blockKeys: true},
 		{name: "bsa-windows-async-s3fifo-blockkeys", kind: layout.BSA, windows: win, policy: s3, gpu: 40, cpu: 40, async: true, failPct: 15, blockKeys: true},
+		// Sparse sequences on a GPU of a few sequences' blocks and a
+		// small CPU tier: SparseAccess onboards units and restores
+		// dropped ones. With sliding windows, the prompt is appended a
+		// block at a time (each access keeps the window of the step's
+		// first token) and a restore names the older tokens it runs
+		// through the layers below (Selection.Queries).
+		{name: "bsa-sparse-lru", kind: layout.BSA, policy: lru, gpu: 12, cpu: 12, sparse: true},
+		{name: "paged-sparse-windows-async", kind: layout.PagedLayer, windows: win, policy: lru, gpu: 12, cpu: 12, async: true, failPct: 15, sparse: true},
 	}
 }
 
@@ -99,6 +111,7 @@ func oracleModel(windows []int, cla, mla int) (*tinyModel, layout.Model) {
 	}
 	m := newTinyModel(7, oracleLayers, 4, 2, 8, oracleVocab, windows)
 	m.cla = max(1, cla)
+	m.block = oracleBlock
 	lm := layout.Model{Name: "oracle", Layers: oracleLayers, QueryHeads: 4, KVHeads: 2, HeadDim: 8, ElemBytes: 4, CLAFactor: cla}
 	if mla > 0 {
 		m.withMLA(11, mla)
@@ -176,6 +189,10 @@ func newOracle(t testing.TB, cfg oracleConfig, seed uint64, mover func(*kvcache.
 		t.Fatal(err)
 	}
 	s.layerWise = cfg.layerWise
+	if cfg.sparse {
+		s.sparse = true
+		m.sparse = []bool{true, false, true, true}
+	}
 	return s, closeFn
 }
 
@@ -332,6 +349,7 @@ func TestModelOracle(t *testing.T) {
 	for _, cfg := range oracleConfigs() {
 		t.Run(cfg.name, func(t *testing.T) {
 			t.Parallel()
+			var calls, keeps, onboards, restores, failed int64
 			for seed := uint64(1); seed <= 2; seed++ {
 				s, done := newOracle(t, cfg, seed, nil)
 				t.Logf("seed %d", seed)
@@ -345,6 +363,22 @@ func TestModelOracle(t *testing.T) {
 				}
 				t.Logf("seed %d: %d requests served, %d skipped, %d logits and %d K/V vectors identical",
 					seed, served, skipped, s.logitsSeen.Load(), s.kvSeen.Load())
+				calls += s.sparseCalls.Load()
+				keeps += s.sparseKeeps.Load()
+				onboards += s.sparseOnboards.Load()
+				restores += s.sparseRestores.Load()
+				failed += s.sparseFailed.Load()
+			}
+			if cfg.sparse {
+				t.Logf("%d SparseAccess calls (%d with Keep): %d units onboarded (%d rewritten as Readiness reported a failed load in their block), %d restored from dropped",
+					calls, keeps, onboards, failed, restores)
+				if calls == 0 || keeps == 0 || onboards == 0 || restores == 0 || (cfg.failPct > 0 && failed == 0) {
+					t.Fatalf("%d SparseAccess calls (%d with Keep) onboarded %d units (%d rewritten after a failed load) and restored %d: the sparse path was not exercised",
+						calls, keeps, onboards, failed, restores)
+				}
+				if cfg.failPct == 0 && failed > 0 {
+					t.Fatalf("no transfer was made to fail, and Readiness asked to recompute %d onboarded units", failed)
+				}
 			}
 		})
 	}
@@ -430,10 +464,12 @@ func TestOracleTruncateCopyFails(t *testing.T) {
 }
 
 // corruptingMover flips one bit in the destination of every nth copy that
-// brings a unit to the GPU from a lower tier, after copying it.
+// brings a unit to the GPU from a lower tier, after copying it (with once,
+// of the nth only).
 type corruptingMover struct {
 	mem      *kvcache.MemoryStore
 	n, seen  int
+	once     bool
 	corrupts int
 }
 
@@ -445,7 +481,7 @@ func (m *corruptingMover) Copy(batch []kvcache.Copy) error {
 		if cp.To != kvcache.GPU || cp.From == kvcache.GPU {
 			continue
 		}
-		if m.seen++; m.seen%m.n == 0 {
+		if m.seen++; m.seen%m.n == 0 && (!m.once || m.seen == m.n) {
 			buf := m.mem.Bytes(cp.To, cp.Pool, cp.ToSlot)
 			buf[(m.seen*131)%len(buf)] ^= 1 << (m.seen % 8)
 			m.corrupts++
@@ -460,14 +496,16 @@ func (m *corruptingMover) Copy(batch []kvcache.Copy) error {
 func TestOracleCatchesCorruption(t *testing.T) {
 	ran := 0
 	defer func() {
-		if ran != 2 {
-			t.Errorf("%d configurations ran, want 2 (renamed?)", ran)
+		if ran != 3 {
+			t.Errorf("%d configurations ran, want 3 (renamed?)", ran)
 		}
 	}()
 	for _, cfg := range oracleConfigs() {
-		// Paged with LRU, and MLA (a latent vector per token) with CLA:
-		// both with a CPU tier and a synchronous Mover.
-		if cfg.name != "paged-lru" && cfg.name != "paged-mla-cla-fifo" {
+		// Paged with LRU, MLA (a latent vector per token) with CLA, and
+		// sparse sequences under BSA (whose every load is a
+		// SparseAccess's onboard): all with a CPU tier and a
+		// synchronous Mover.
+		if cfg.name != "paged-lru" && cfg.name != "paged-mla-cla-fifo" && cfg.name != "bsa-sparse-lru" {
 			continue
 		}
 		ran++

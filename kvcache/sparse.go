@@ -27,6 +27,17 @@ type Selection struct {
 	// kernel), then runs layer l. The pins of all of them last until the
 	// next SparseAccess without Keep, Append, Truncate or Release.
 	Keep bool
+	// Queries is the range of token positions whose attention at this
+	// layer reads the selection; it matters only for a sliding-window
+	// layer, whose blocks wholly before the window of the range's first
+	// token are not touched. The zero range means the tokens the
+	// sequence's last Acquire or Append wrote (its last token when that
+	// wrote none): an Append of several tokens keeps the window of the
+	// first. A server that restores a unit runs that block's older tokens
+	// through the layers below (see Keep) and names them here, so that
+	// their windows are touched and pinned. Otherwise 0 <= Start < End <=
+	// the sequence's length.
+	Queries TokenRange
 }
 
 // SparseUnit is one unit a SparseAccess touched.
@@ -70,8 +81,9 @@ func (r *SparseResult) reset() {
 // SparseAccess answers, for one model layer of sequence id, which units the
 // blocks sel selects touch, and brings the missing ones to the GPU: KV head
 // h reads its unit of each block of sel.Blocks[h] (BSA), or its layer's
-// unit (other layouts, whose units hold every head). Blocks wholly before a
-// sliding window are not touched.
+// unit (other layouts, whose units hold every head). Blocks wholly before
+// the sliding window of the first query token (Selection.Queries) are not
+// touched.
 //
 // Touched units on a lower tier are onboarded, dropped ones get fresh slots
 // (the server recomputes them), evicting others as needed. A restored unit
@@ -93,7 +105,7 @@ func (r *SparseResult) reset() {
 //
 // It returns an error wrapping ErrUnknownSequence, ErrInvalidRequest
 // (len(sel.Blocks) is not the model's stored KV heads, or res is nil),
-// ErrOutOfRange (bad layer or block), ErrNoSpace or ErrCopyFailed; nothing
+// ErrOutOfRange (bad layer, block or Queries), ErrNoSpace or ErrCopyFailed; nothing
 // is then changed and the previous pins stay.
 func (c *Cache) SparseAccess(id SeqID, sel Selection, res *SparseResult) (err error) {
 	if err := c.lock("SparseAccess"); err != nil {
@@ -153,8 +165,9 @@ func (c *Cache) voidRestores(keys []UnitID) {
 
 // selectedUnits returns the units sel selects in s, as keys
 // slice<<32 | block, sorted and without duplicates, skipping the blocks
-// wholly before a sliding window; it returns an error for a bad layer,
-// head count or block.
+// wholly before the sliding window of the first query token (see
+// Selection.Queries); it returns an error for a bad layer, head count,
+// block or query range.
 func (c *Cache) selectedUnits(s *sequence, sel Selection) ([]UnitID, error) {
 	g := c.geom
 	if sel.Layer < 0 || sel.Layer >= g.layers {
@@ -163,6 +176,14 @@ func (c *Cache) selectedUnits(s *sequence, sel Selection) ([]UnitID, error) {
 	if len(sel.Blocks) != g.storedHeads {
 		return nil, fmt.Errorf("%w: %d KV heads selected, the model stores %d", ErrInvalidRequest, len(sel.Blocks), g.storedHeads)
 	}
+	n := s.tokens.len()
+	first := max(0, min(s.writeFrom, n-1))
+	if q := sel.Queries; q != (TokenRange{}) {
+		if q.Start < 0 || q.Start >= q.End || q.End > n {
+			return nil, fmt.Errorf("%w: queries [%d, %d) of a sequence of %d tokens", ErrOutOfRange, q.Start, q.End, n)
+		}
+		first = q.Start
+	}
 	nb := len(s.blocks)
 	kv := int(g.layerKV[sel.Layer])
 	keys := c.scratch.units[:0]
@@ -170,8 +191,8 @@ func (c *Cache) selectedUnits(s *sequence, sel Selection) ([]UnitID, error) {
 		sl := g.sliceFor[kv*g.storedHeads+h]
 		w := g.pools[g.slicePool[sl]].window
 		from := 0
-		if w > 0 && s.tokens.len() > w {
-			from = (s.tokens.len() - w) / g.blockTokens
+		if w > 0 && first+1 > w {
+			from = (first + 1 - w) / g.blockTokens
 		}
 		for _, b := range blocks {
 			if b < 0 || b >= nb {
