@@ -17,7 +17,9 @@ type oracleReq struct {
 	// chunk > 0 prefills in chunks of that many tokens, committing each.
 	chunk int
 	// draft > 0 appends that many draft tokens at once halfway through the
-	// decode and then truncates reject of them (speculative decoding).
+	// decode and then truncates reject tokens (speculative decoding; more
+	// than the drafts rolls back further, and -1 goes back to the block
+	// boundary before the middle of the sequence).
 	draft, reject int
 	// fork starts a child halfway through the decode that decodes forkGen
 	// tokens of its own.
@@ -63,8 +65,12 @@ func (s *oracleServer) serve(r oracleReq, rng *rand.Rand) ([]uint32, error) {
 		}
 	}
 	if r.prefetch {
-		if _, err := s.c.Prefetch(req); err != nil && !errors.Is(err, kvcache.ErrNoSpace) {
+		counts, err := s.c.Prefetch(req)
+		if err != nil && !errors.Is(err, kvcache.ErrNoSpace) {
 			return nil, fmt.Errorf("Prefetch: %w", err)
+		}
+		if counts.Onboarded > 0 {
+			s.covered.prefetched.Add(1)
 		}
 	}
 	plan, err := s.c.Acquire(req)
@@ -73,6 +79,9 @@ func (s *oracleServer) serve(r oracleReq, rng *rand.Rand) ([]uint32, error) {
 	}
 	q := s.newSeq(plan.Seq, r.prompt)
 	q.lora, q.extra = r.lora, r.extra
+	if r.maxLoad > 0 && plan.Onboarded > r.maxLoad/oracleBlock*s.c.Layout().UnitsPerBlock() {
+		s.covered.maxLoadCut.Add(1)
+	}
 	if n := len(plan.Compute); r.computeLast && len(r.prompt) > 0 && (n == 0 || plan.Compute[n-1].End != len(r.prompt)) {
 		_ = s.c.Abort(q.id)
 		return nil, fmt.Errorf("oracle: Acquire with ComputeLast planned %v for %d tokens", plan.Compute, len(r.prompt))
@@ -82,10 +91,18 @@ func (s *oracleServer) serve(r oracleReq, rng *rand.Rand) ([]uint32, error) {
 		return nil, fmt.Errorf("oracle: Acquire of %d tokens says %d", len(r.prompt), plan.Tokens)
 	}
 	if r.garbage {
+		// A failed prefill ends by Abort, or by Release as a server
+		// that does not tell failures apart would: either way nothing
+		// of it was declared written, so nothing of it is shared.
 		err := q.writeGarbage(plan.Compute, rng)
-		if aerr := s.c.Abort(q.id); err == nil {
-			err = aerr
+		end, count := s.c.Abort, &s.covered.garbageAbort
+		if rng.IntN(2) == 0 {
+			end, count = s.c.Release, &s.covered.garbageRelease
 		}
+		if eerr := end(q.id); err == nil {
+			err = eerr
+		}
+		count.Add(1)
 		return nil, err
 	}
 	out, err := q.run(r, plan.Compute, rng)
@@ -191,11 +208,16 @@ func (q *oracleSeq) speculate(n, reject int, logits []float32, rng *rand.Rand) (
 	if err := q.compute(plan.Compute, 0); err != nil {
 		return nil, err
 	}
+	if reject < 0 {
+		// Back to the block boundary before the middle.
+		reject = len(q.tokens) - len(q.tokens)/2/oracleBlock*oracleBlock
+	}
 	reject = min(reject, len(q.tokens)-1)
 	plan, err = q.s.c.Truncate(q.id, reject)
 	if err != nil {
 		return nil, noSpace(fmt.Errorf("Truncate: %w", err))
 	}
+	q.coverTruncate(n, reject, plan)
 	q.cut(len(q.tokens) - reject)
 	if plan.Tokens != len(q.tokens) {
 		return nil, fmt.Errorf("oracle: Truncate to %d tokens says %d", len(q.tokens), plan.Tokens)
@@ -207,6 +229,33 @@ func (q *oracleSeq) speculate(n, reject int, logits []float32, rng *rand.Rand) (
 	// computed it; rerunning it checks that the tables still cover its
 	// window.
 	return q.rerunLast()
+}
+
+// coverTruncate counts the kinds of a Truncate of reject tokens after n
+// drafts, which left plan.
+func (q *oracleSeq) coverTruncate(n, reject int, plan kvcache.Plan) {
+	c := &q.s.covered
+	switch {
+	case reject == 0:
+		c.truncNone.Add(1)
+		return
+	case reject <= n:
+		c.truncDrafts.Add(1)
+	default:
+		c.truncPastDrafts.Add(1)
+	}
+	if plan.Tokens < q.prompt {
+		c.truncIntoPrompt.Add(1)
+	}
+	if plan.Tokens%oracleBlock == 0 {
+		c.truncBoundary.Add(1)
+	}
+	if plan.Copied > 0 {
+		c.truncCopy.Add(1)
+	}
+	if len(plan.Compute) > 0 {
+		c.truncRecompute.Add(1)
+	}
 }
 
 // fork starts a child of the sequence, decodes gen tokens in it, checks its

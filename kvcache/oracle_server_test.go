@@ -53,6 +53,25 @@ type oracleServer struct {
 	sparse                                      bool
 	sparseCalls, sparseOnboards, sparseRestores atomic.Int64
 	sparseKeeps, sparseFailed                   atomic.Int64
+	// covered counts the paths of the cache the dense workload took.
+	covered oracleCoverage
+}
+
+// oracleCoverage counts the paths of the cache a workload took, so that a
+// test can require that each was taken (see TestModelOracle), rather than
+// pass without having exercised it.
+type oracleCoverage struct {
+	// The Truncates of speculative decoding: rejecting nothing, only
+	// drafts, past the drafts into earlier tokens, into the prompt, to a
+	// block boundary, with a copy-on-write of the new partial block, and
+	// with tokens to recompute.
+	truncNone, truncDrafts, truncPastDrafts, truncIntoPrompt atomic.Int64
+	truncBoundary, truncCopy, truncRecompute                 atomic.Int64
+	// Prefetches that onboarded units; Acquires whose onboard was more
+	// than Request.MaxLoadTokens (cut into transfers one after the
+	// other); failed prefills (garbage written) ended by Abort and by
+	// Release.
+	prefetched, maxLoadCut, garbageAbort, garbageRelease atomic.Int64
 }
 
 type elemLoc struct {
@@ -116,6 +135,8 @@ type oracleSeq struct {
 	s      *oracleServer
 	id     kvcache.SeqID
 	tokens []uint32
+	// prompt is the length of the prompt it was acquired (or forked) with.
+	prompt int
 	// logits[p] is what the server computed at position p (nil when it
 	// never computed p: a reused prefix).
 	logits [][]float32
@@ -138,7 +159,7 @@ type oracleSeq struct {
 }
 
 func (s *oracleServer) newSeq(id kvcache.SeqID, tokens []uint32) *oracleSeq {
-	return &oracleSeq{s: s, id: id, tokens: slices.Clone(tokens), twin: newTwinKV(s.m)}
+	return &oracleSeq{s: s, id: id, tokens: slices.Clone(tokens), prompt: len(tokens), twin: newTwinKV(s.m)}
 }
 
 // salt is what the KV at position p depends on besides the tokens: the
