@@ -35,6 +35,14 @@ type Readiness struct {
 	// yet sees it again and need not compute it twice. Until then no
 	// other request reuses those blocks. The block tables cover what the
 	// recompute reads: the window of its first token, in every layer.
+	//
+	// A sparse sequence (Request.Sparse) pins only what its SparseAccess
+	// calls touched, so it cannot recompute a whole block in every layer:
+	// a range names blocks in which a unit such a call onboarded (From a
+	// lower tier) did not arrive, and the server rewrites the units its
+	// calls onboarded in those blocks, at their layers. A unit rewritten
+	// once may be reported again while its block is (it may have been
+	// moved down, loaded back and failed again since).
 	Recompute []TokenRange
 }
 
