@@ -211,7 +211,7 @@ func (op *longAcquire) claim(c *Cache) func() error {
 					claims = append(claims, u)
 					continue
 				}
-				c.addNeed(u)
+				c.tx.addNeed(&c.units, u)
 				hits = append(hits, i*g.slices+sl)
 			}
 			bud.units += g.slices
@@ -349,7 +349,7 @@ func (op *longAcquire) place(c *Cache) func() error {
 					base := c.units.base(b)
 					for sl := range g.slices {
 						if !op.pinnedAt(c, i, sl) {
-							c.addNeed(base | UnitID(sl))
+							c.tx.addNeed(&c.units, base|UnitID(sl))
 						}
 					}
 				} else {
@@ -366,7 +366,7 @@ func (op *longAcquire) place(c *Cache) func() error {
 					cp := c.recomputeCopy(b, false)
 					s.blocks[i] = cp
 					for sl := range g.slices {
-						c.addNeed(c.units.id(cp, sl))
+						c.tx.addNeed(&c.units, c.units.id(cp, sl))
 					}
 				}
 			} else {
@@ -375,7 +375,7 @@ func (op *longAcquire) place(c *Cache) func() error {
 				c.ref(b, false)
 				s.blocks = append(s.blocks, b)
 				for sl := range g.slices {
-					c.addNeed(c.units.id(b, sl))
+					c.tx.addNeed(&c.units, c.units.id(b, sl))
 				}
 			}
 			if needs := c.tx.needs[start:]; freshIn(needs) {

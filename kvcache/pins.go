@@ -120,9 +120,9 @@ func (c *Cache) queuePins(old, new pinSpan, same int, cow, src int32) {
 				for _, sl := range c.geom.pools[p].slices {
 					var a action
 					if b == cow {
-						a = c.addCopyNeed(base|UnitID(sl), c.units.id(src, sl))
+						a = c.tx.addCopyNeed(&c.units, base|UnitID(sl), c.units.id(src, sl))
 					} else {
-						a = c.addNeed(base | UnitID(sl))
+						a = c.tx.addNeed(&c.units, base|UnitID(sl))
 					}
 					fresh = fresh || a == actFresh || a == actRewrite
 				}

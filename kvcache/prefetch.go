@@ -105,7 +105,7 @@ func (c *Cache) prefetch(blocks []int32) (Counts, error) {
 		for sl := range c.geom.slices {
 			// The units on the GPU already are needs too (hits): none of
 			// them is evicted to make room for the others.
-			onboards = c.addNeed(c.units.id(b, sl)) == actOnboard || onboards
+			onboards = c.tx.addNeed(&c.units, c.units.id(b, sl)) == actOnboard || onboards
 		}
 	}
 	if !onboards {

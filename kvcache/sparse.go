@@ -131,7 +131,7 @@ func (c *Cache) SparseAccess(id SeqID, sel Selection, res *SparseResult) (err er
 	}
 	for _, k := range keys {
 		sl, b := int(k>>32), int(uint32(k))
-		c.addNeed(c.units.id(s.blocks[b], sl))
+		c.tx.addNeed(&c.units, c.units.id(s.blocks[b], sl))
 	}
 	if err := c.execute(); err != nil {
 		return err

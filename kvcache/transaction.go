@@ -294,10 +294,11 @@ func (c *Cache) unpinUnit(u UnitID) {
 	}
 }
 
-// addNeed queues u to be pinned on the GPU and returns its action.
-func (c *Cache) addNeed(u UnitID) action {
-	n := need{u: u, slot: c.units.slotOf(u)}
-	switch st := c.units.of(u); st.tier {
+// addNeed queues u, whose state units gives, to be pinned on the GPU and
+// returns its action.
+func (t *txn) addNeed(units *unitTable, u UnitID) action {
+	n := need{u: u, slot: units.slotOf(u)}
+	switch st := units.of(u); st.tier {
 	case GPU:
 		n.act = actHit
 		if st.flags&unitUnwritten != 0 {
@@ -308,20 +309,20 @@ func (c *Cache) addNeed(u UnitID) action {
 	default:
 		n.act, n.from = actOnboard, st.tier
 	}
-	c.tx.needs = append(c.tx.needs, n)
+	t.needs = append(t.needs, n)
 	return n.act
 }
 
 // addCopyNeed queues u (with no bytes) to get a GPU slot filled from src;
-// when src has no bytes either, u is fresh (to compute).
-func (c *Cache) addCopyNeed(u, src UnitID) action {
-	st := c.units.of(src)
-	t := st.tier
-	if t == Dropped || st.flags&unitUnwritten != 0 {
-		c.tx.needs = append(c.tx.needs, need{u: u, act: actFresh})
+// when src has no bytes either (units gives its state), u is fresh (to
+// compute).
+func (t *txn) addCopyNeed(units *unitTable, u, src UnitID) action {
+	st := units.of(src)
+	if st.tier == Dropped || st.flags&unitUnwritten != 0 {
+		t.needs = append(t.needs, need{u: u, act: actFresh})
 		return actFresh
 	}
-	c.tx.needs = append(c.tx.needs, need{u: u, act: actCopy, src: src, from: t})
+	t.needs = append(t.needs, need{u: u, act: actCopy, src: src, from: st.tier})
 	return actCopy
 }
 
