@@ -1,6 +1,7 @@
 package kvcache
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -45,14 +46,28 @@ import (
 // sets Request.ComputeLast so that the plan computes the last token.
 //
 // Acquire returns an error wrapping ErrInvalidRequest for bad priorities,
-// extra keys, MaxTokens or MaxLoadTokens, ErrNoSpace when the GPU cannot supply the slots (everything
-// else pinned) and ErrCopyFailed when the Mover failed; the cache is then
+// extra keys, MaxTokens or MaxLoadTokens, ErrNoSpace when the GPU cannot
+// supply the slots (everything else pinned, or held by transfers still in
+// flight; with a TransferEngine, Acquire first applies what the engine
+// finished, in steps, before it gives up) and ErrCopyFailed when the Mover failed; the cache is then
 // unchanged, except after a failure past the first step of an Acquire
 // that runs in steps (see Long operations in the package doc): the
 // Acquire is then undone as an Abort would undo it, its pins and
 // references released, but what its earlier steps moved stays moved. A
 // policy that broke its contract makes it fail with ErrPolicy.
-func (c *Cache) Acquire(req Request) (_ Plan, err error) {
+func (c *Cache) Acquire(req Request) (Plan, error) {
+	p, err := c.acquire(req)
+	// Finished transfers are applied a step's worth per call (see
+	// applyFinished): the slots the rest hold are not free yet. Apply
+	// them a step at a time, each in a hold of its own, and try again.
+	for errors.Is(err, ErrNoSpace) && c.applyStep() {
+		p, err = c.acquire(req)
+	}
+	return p, err
+}
+
+// acquire is Acquire, without waiting for finished transfers.
+func (c *Cache) acquire(req Request) (_ Plan, err error) {
 	if err := req.Priorities.validate(); err != nil {
 		return Plan{}, err
 	}
@@ -68,8 +83,8 @@ func (c *Cache) Acquire(req Request) (_ Plan, err error) {
 	if err := c.lock("Acquire"); err != nil {
 		return Plan{}, err
 	}
-	c.applyFinished()
 	defer c.unlock(&err)
+	c.applyFinished()
 	if c.poisoned != nil {
 		return Plan{}, c.poisoned
 	}

@@ -41,7 +41,7 @@ func (c *Cache) Adopt(req Request, blocks int, t Tier) (_ int, err error) {
 	if err := c.lock("Adopt"); err != nil {
 		return 0, err
 	}
-	c.applyFinished()
+	c.applyFinishedLocked()
 	if err := c.checkAdopt(req, blocks, t); err != nil {
 		c.unlock(&err)
 		return 0, err

@@ -38,7 +38,7 @@ func (c *Cache) append(id SeqID, tokens []uint32, committed bool) (_ Plan, again
 	if err := c.lock("Append"); err != nil {
 		return Plan{}, false, err
 	}
-	applied := c.applyFinished()
+	applied := c.applyFinishedLocked()
 	s, err := c.lookupToChange(id)
 	if err == nil && !committed && len(tokens) > 0 && c.longCommit(s, s.tokens.len()) {
 		err := c.commitInSteps("Append", s, s.tokens.len(), &err)

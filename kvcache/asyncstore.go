@@ -22,8 +22,9 @@ type AsyncOptions struct {
 	// link.
 	Latency, CopyTime time.Duration
 	// Jitter, when positive, adds a random wait in [0, Jitter) to each
-	// transfer's Latency, so that transfers finish out of the order they
-	// started in, as on a link that other traffic shares.
+	// transfer's Latency, so that with several Workers transfers finish
+	// out of the order they started in, as on a link that other traffic
+	// shares. (One worker runs them in order whatever their waits.)
 	Jitter time.Duration
 	// Fail, when not nil, is asked once per transfer, before it runs; a
 	// non-nil error fails the transfer: its first half of copies is

@@ -23,15 +23,20 @@ func TestAsyncJitterSpreadsTransfers(t *testing.T) {
 	a, err := NewAsyncMemoryStore(store, AsyncOptions{Workers: n, Latency: latency, Jitter: jitter})
 	require.NoError(t, err)
 	took := make(chan time.Duration, n)
+	errs := make(chan error, n)
 	for range n {
 		start := time.Now()
 		a.Start(nil, func(err error) {
-			require.NoError(t, err)
+			errs <- err
 			took <- time.Since(start)
 		})
 	}
 	a.Close()
 	close(took)
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
 	var all []time.Duration
 	for d := range took {
 		all = append(all, d)

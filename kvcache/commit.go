@@ -177,6 +177,41 @@ func (c *Cache) settled(s *sequence, i int, parent *radix.Node[int32]) bool {
 	return err != nil || n == nil || !c.unsettled(n.Value)
 }
 
+// commitGoesOn reports whether the declared commit of s goes on without
+// the server (see Readiness.Pending): the block it stopped at, or the
+// equal block cached already, has a unit in flight, or neither is
+// unsettled any more (the commit stopped for want of budget). A block
+// held up only by unwritten units waits for the server to write them.
+func (c *Cache) commitGoesOn(s *sequence) bool {
+	B := c.geom.blockTokens
+	i := s.firstPrivate
+	if i >= len(s.blocks) || i >= s.declaredUpTo/B {
+		return false
+	}
+	var parent *radix.Node[int32]
+	if i > 0 {
+		parent = c.units.blk(s.blocks[i-1]).node
+	}
+	blocks := [2]int32{s.blocks[i], -1}
+	if n, err := c.tree.Child(parent, s.keys, s.tokens.span(i*B, (i+1)*B), s.extra); err == nil && n != nil {
+		blocks[1] = n.Value
+	}
+	settled := true
+	for _, b := range blocks {
+		if b < 0 {
+			continue
+		}
+		for sl := range c.geom.slices {
+			st := c.units.of(c.units.id(b, sl))
+			if st.busy > 0 {
+				return true
+			}
+			settled = settled && st.flags&^unitClaimed == 0
+		}
+	}
+	return settled
+}
+
 // unsettled reports whether a unit of block b is in flight or unwritten.
 func (c *Cache) unsettled(b int32) bool {
 	for sl := range c.geom.slices {

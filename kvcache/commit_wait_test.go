@@ -2,8 +2,10 @@ package kvcache_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kvtier/kvtier/kvcache"
 	"github.com/kvtier/kvtier/layout"
@@ -11,28 +13,39 @@ import (
 )
 
 // heldStream is a TransferEngine that holds every transfer until run:
-// the test decides when transfers finish.
+// the test decides when transfers finish, and whether they fail.
 type heldStream struct {
 	mem  *kvcache.MemoryStore
 	mu   sync.Mutex
-	held []func()
+	held []func(fail bool)
 }
 
 func (d *heldStream) Start(copies []kvcache.Copy, done func(error)) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.held = append(d.held, func() { done(d.mem.Copy(copies)) })
+	d.held = append(d.held, func(fail bool) {
+		if fail {
+			done(errors.New("heldStream: injected failure"))
+			return
+		}
+		done(d.mem.Copy(copies))
+	})
 }
 
 // run finishes every transfer started so far.
-func (d *heldStream) run() {
+func (d *heldStream) run() { d.finish(false) }
+
+// finish finishes every transfer started so far, failing each when fail
+// is set, and returns how many.
+func (d *heldStream) finish(fail bool) int {
 	d.mu.Lock()
 	held := d.held
 	d.held = nil
 	d.mu.Unlock()
 	for _, f := range held {
-		f()
+		f(fail)
 	}
+	return len(held)
 }
 
 func countFrom(n int, base uint32) []uint32 {
@@ -115,11 +128,54 @@ func TestWaitReadyWaitsForALongCommit(t *testing.T) {
 
 // TestAcquireAppliesFinishedTransfersFirst: once the engine has reported
 // every transfer done, an Acquire that needs the slots they held finds
-// them, though no call applied the transfers in between.
+// them, though no call applied the transfers in between; also when they
+// are more than a step's worth of moves (200 blocks).
 func TestAcquireAppliesFinishedTransfersFirst(t *testing.T) {
-	c, stream, seq, b := evictingPrompt(t, 2, nil)
-	require.NoError(t, c.Abort(seq))
-	stream.run()
-	_, err := c.Acquire(kvcache.Request{Tokens: b})
+	for _, blocks := range []int{2, 200} {
+		c, stream, seq, b := evictingPrompt(t, blocks, nil)
+		require.NoError(t, c.Abort(seq))
+		stream.run()
+		_, err := c.Acquire(kvcache.Request{Tokens: b})
+		require.NoError(t, err, "%d blocks", blocks)
+	}
+}
+
+// TestWaitReadyReturnsWhenACommitWaitsForTheServer: a Fork's copy on write
+// of the partial block fails while the child's Commit of that block waits
+// for it. The commit can then go on only once the server has recomputed
+// the block and declared it again, so WaitReady with layer -1 returns the
+// block to recompute rather than waiting for the commit; the server's
+// next Commit then goes through.
+func TestWaitReadyReturnsWhenACommitWaitsForTheServer(t *testing.T) {
+	m := layout.Model{Name: "toy", Layers: 2, QueryHeads: 4, KVHeads: 2, HeadDim: 8, ElemBytes: 2}
+	l, err := layout.New(m, layout.PagedLayer, 16)
 	require.NoError(t, err)
+	tiers := kvcache.GPUAndCPU(kvcache.Capacity{Units: 16}, kvcache.Capacity{Units: 16})
+	mem, err := kvcache.NewMemoryStore(l, tiers)
+	require.NoError(t, err)
+	e := &heldStream{mem: mem}
+	c, err := kvcache.New(kvcache.Config{Layout: l, Tiers: tiers, Engine: e})
+	require.NoError(t, err)
+	p, err := c.Acquire(kvcache.Request{Tokens: countFrom(24, 0)})
+	require.NoError(t, err)
+	require.NoError(t, c.Commit(p.Seq, 24))
+	f, err := c.Fork(p.Seq) // copies the partial block 1 on write
+	require.NoError(t, err)
+	_, err = c.Append(f.Seq, countFrom(8, 100)...)
+	require.NoError(t, err)
+	require.NoError(t, c.Commit(f.Seq, 32))
+	var r kvcache.Readiness
+	require.NoError(t, c.Readiness(f.Seq, &r))
+	require.Positive(t, r.Pending, "setup: the copy, and the commit waiting for it")
+	require.Positive(t, e.finish(true))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	recompute, err := c.WaitReady(ctx, f.Seq, -1)
+	require.NoError(t, err, "WaitReady(-1) waited for a commit only the server can let through")
+	require.Equal(t, []kvcache.TokenRange{{Start: 16, End: 32}}, recompute)
+	require.NoError(t, c.Commit(f.Seq, 32)) // recomputed
+	require.NoError(t, c.Readiness(f.Seq, &r))
+	require.Zero(t, r.Pending)
+	require.Empty(t, r.Recompute)
 }

@@ -39,7 +39,7 @@ func (c *Cache) fork(id SeqID, committed bool) (_ Plan, again bool, err error) {
 	if err := c.lock("Fork"); err != nil {
 		return Plan{}, false, err
 	}
-	c.applyFinished()
+	c.applyFinishedLocked()
 	s, err := c.lookupToChange(id)
 	if err == nil && !committed && c.longCommit(s, s.tokens.len()) {
 		err := c.commitInSteps("Fork", s, s.tokens.len(), &err)

@@ -436,3 +436,67 @@ func TestMoverPanicThenPolicyPanic(t *testing.T) {
 	require.ErrorIs(t, err, ErrPolicy)
 	requireAccountingExact(t, c)
 }
+
+// goexitUnpinPolicy ends its goroutine in the first Unpin after armed is
+// set.
+type goexitUnpinPolicy struct {
+	eviction.Policy[UnitID]
+	armed bool
+}
+
+func (p *goexitUnpinPolicy) Unpin(u UnitID) {
+	if p.armed {
+		p.armed = false
+		runtime.Goexit()
+	}
+	p.Policy.Unpin(u)
+}
+
+// TestGoexitApplyingFinishedTransfersReleasesTheLock: the calls that apply
+// finished transfers before they plan (Acquire, Append, Truncate, Fork,
+// SparseAccess, Prefetch, Adopt) call the policies there (a victim that
+// arrived below is unpinned); a policy that ends the goroutine then leaves
+// the lock released, as everywhere else.
+func TestGoexitApplyingFinishedTransfersReleasesTheLock(t *testing.T) {
+	for _, call := range []string{"Acquire", "Append", "Fork"} {
+		t.Run(call, func(t *testing.T) {
+			l := tinyLayout(t, layout.PagedLayer, nil)
+			var cpu *goexitUnpinPolicy
+			cf := func(PoolInfo) (eviction.Policy[UnitID], error) {
+				cpu = &goexitUnpinPolicy{Policy: eviction.NewLRU[UnitID]()}
+				return cpu, nil
+			}
+			c, _, e := jobCache(t, l, tiersOf(Capacity{Units: 4}, Capacity{Units: 8}, nil, cf), nil)
+			a, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
+			require.NoError(t, err)
+			finish(t, c, a.Seq)
+			e.drain(t, c, map[int]bool{})
+			b, err := c.Acquire(Request{Tokens: seqTokens(8, 100)}) // moves a down
+			require.NoError(t, err)
+			for i := range e.jobs {
+				if !e.jobs[i].over {
+					e.finish(t, i, nil)
+				}
+			}
+			cpu.armed = true
+			inGoroutine(t, func() {
+				switch call {
+				case "Acquire":
+					_, _ = c.Acquire(Request{Tokens: seqTokens(4, 200)})
+				case "Append":
+					_, _ = c.Append(b.Seq, 1)
+				case "Fork":
+					_, _ = c.Fork(b.Seq)
+				}
+			})
+			require.False(t, cpu.armed, "setup: the policy's Unpin was not called")
+			done := make(chan struct{})
+			go func() { _ = c.Stats(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("the cache's lock is still held after %s's goroutine ended", call)
+			}
+		})
+	}
+}

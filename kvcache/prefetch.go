@@ -39,7 +39,7 @@ func (c *Cache) Prefetch(req Request) (_ Counts, err error) {
 	if err := c.lock("Prefetch"); err != nil {
 		return Counts{}, err
 	}
-	c.applyFinished()
+	c.applyFinishedLocked()
 	k, err := c.prefetchable(req)
 	if err != nil || k == 0 {
 		c.unlock(&err)

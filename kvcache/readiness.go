@@ -18,11 +18,14 @@ type Readiness struct {
 	// transfers layer by layer).
 	Layers []bool
 	// Pending counts the unfinished transfers the sequence waits on, and
-	// one more while a Commit of the sequence is not done: it waits for
-	// transfers that vacate its blocks' slots, or it goes on a step's
-	// worth of blocks per call once they are done. A server that wants
-	// its committed blocks shared before it releases the sequence waits
-	// for Pending 0 (WaitReady with layer -1).
+	// one more while a Commit of the sequence goes on without the server:
+	// it waits for transfers that vacate its blocks' slots (or load the
+	// equal block it merges into), or it goes on a step's worth of blocks
+	// per call once they are done. A server that wants its committed
+	// blocks shared before it releases the sequence waits for Pending 0
+	// (WaitReady with layer -1). A Commit held up by units the server
+	// must write first (Recompute, or units a SparseAccess restored) is
+	// not counted: the server's next Commit or Append declares them.
 	Pending int
 	// Recompute lists the token ranges of the sequence's blocks whose
 	// loads or copies failed: the server computes them into the slots its
@@ -85,7 +88,7 @@ func (c *Cache) readiness(s *sequence, r *Readiness) {
 		r.Layers = append(r.Layers, true)
 	}
 	r.Pending = len(s.waits)
-	if _, ok := c.xfer.declared[s]; ok {
+	if _, ok := c.xfer.declared[s]; ok && c.commitGoesOn(s) {
 		r.Pending++
 	}
 	r.Recompute = r.Recompute[:0]

@@ -111,8 +111,8 @@ func (c *Cache) SparseAccess(id SeqID, sel Selection, res *SparseResult) (err er
 	if err := c.lock("SparseAccess"); err != nil {
 		return err
 	}
-	c.applyFinished()
 	defer c.unlock(&err)
+	c.applyFinished()
 	s, err := c.lookupToChange(id)
 	if err != nil {
 		return err

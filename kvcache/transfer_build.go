@@ -113,6 +113,7 @@ func (b *xferBuild) reset(kvLayers, blockTokens int, s *sequence) {
 // owner waiting on it.
 func (x *transfers) newBuilt(b *xferBuild, t *txn, kvLayer int32) *transfer {
 	tr := x.add(kvLayer)
+	tr.building = true
 	t.submitted = append(t.submitted, tr.id)
 	if b.hint != nil && b.capBlocks == 0 {
 		if n := b.hint[kvLayer+1]; n > 0 {

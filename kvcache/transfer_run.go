@@ -19,11 +19,23 @@ func (c *Cache) submit(s *sequence) int {
 	return b.loading
 }
 
-// startBuilt hands b's transfers that wait for no other to the engine, in
-// the order they were made (layer order).
+// startBuilt ends the building of b's transfers and hands those that wait
+// for no other to the engine, in the order they were made (layer order);
+// one whose source failed meanwhile fails unstarted.
 func (c *Cache) startBuilt(b *xferBuild) {
 	for _, id := range b.made {
-		if tr, ok := c.xfer.byID[id]; ok && !tr.started && tr.deps == 0 {
+		tr, ok := c.xfer.byID[id]
+		if !ok {
+			continue
+		}
+		tr.building = false
+		switch {
+		case tr.started || tr.deps > 0:
+		case tr.depErr != nil:
+			// What it reads failed while it was being built.
+			tr.started = true
+			c.xfer.finished(tr, tr.depErr)
+		default:
 			c.start(tr)
 		}
 	}
@@ -134,6 +146,37 @@ func (c *Cache) applyFinished() bool {
 	}
 	c.poll()
 	return true
+}
+
+// applyStep applies, in a call of its own, a step's worth of the moves of
+// the transfers the engine has finished, and reports whether there were
+// any (Acquire retries after it).
+func (c *Cache) applyStep() bool {
+	if c.engine == nil {
+		return false
+	}
+	if err := c.lock("Acquire"); err != nil {
+		return false
+	}
+	var err error
+	defer c.unlock(&err)
+	return c.applyFinished()
+}
+
+// applyFinishedLocked is applyFinished for a call that has not deferred
+// its unlock yet: user code that ends the goroutine (runtime.Goexit) in
+// the transfers' finish (a policy's Unpin, an engine's Start) leaves the
+// lock released, as every call does.
+func (c *Cache) applyFinishedLocked() bool {
+	returned := false
+	defer func() {
+		if !returned {
+			c.mu.Unlock()
+		}
+	}()
+	applied := c.applyFinished()
+	returned = true
+	return applied
 }
 
 // applyBudget is the most moves one call applies (see poll).

@@ -92,6 +92,12 @@ type transfer struct {
 	depErr  error
 	started bool
 	done    bool
+	// building says that its operation still adds chains to it (a long
+	// operation between its steps, see xferBuild): it starts when the
+	// operation is planned (startBuilt), even if what it waits for ends
+	// before, since copies added after the engine took it would never
+	// run.
+	building bool
 	// failed lists the units whose bytes did not arrive.
 	failed []UnitID
 	// applying says that the engine finished the transfer and poll is
@@ -311,7 +317,7 @@ func (x *transfers) end(tr *transfer) []*transfer {
 			// so countUnreadable must not count them.)
 			d.depErr = fmt.Errorf("%w: it reads what transfer %d was to write, which failed: %v", ErrCopyFailed, tr.id, tr.err)
 		}
-		if d.deps--; d.deps > 0 {
+		if d.deps--; d.deps > 0 || d.building {
 			continue
 		}
 		if d.depErr != nil {

@@ -37,8 +37,8 @@ func (c *Cache) Truncate(id SeqID, n int) (_ Plan, err error) {
 	if err := c.lock("Truncate"); err != nil {
 		return Plan{}, err
 	}
-	c.applyFinished()
 	defer c.unlock(&err)
+	c.applyFinished()
 	s, err := c.lookupToChange(id)
 	if err != nil {
 		return Plan{}, err
