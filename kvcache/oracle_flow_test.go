@@ -158,10 +158,16 @@ func (q *oracleSeq) run(r oracleReq, compute []kvcache.TokenRange, rng *rand.Ran
 	if err := q.checkKV(); err != nil {
 		return nil, err
 	}
-	if err := s.c.Commit(q.id, len(q.tokens)); err != nil {
+	return q.finishRequest()
+}
+
+// finishRequest shares what the request computed (Commit of every token)
+// and ends it (Release), returning its tokens.
+func (q *oracleSeq) finishRequest() ([]uint32, error) {
+	if err := q.s.c.Commit(q.id, len(q.tokens)); err != nil {
 		return nil, fmt.Errorf("Commit: %w", err)
 	}
-	if err := s.c.Release(q.id); err != nil {
+	if err := q.s.c.Release(q.id); err != nil {
 		return nil, fmt.Errorf("Release: %w", err)
 	}
 	return q.tokens, nil

@@ -487,13 +487,7 @@ func (q *oracleSeq) runSparse(r oracleReq, rest []uint32, rng *rand.Rand) ([]uin
 	if err := q.settled(); err != nil {
 		return nil, err
 	}
-	if err := s.c.Commit(q.id, len(q.tokens)); err != nil {
-		return nil, fmt.Errorf("Commit: %w", err)
-	}
-	if err := s.c.Release(q.id); err != nil {
-		return nil, fmt.Errorf("Release: %w", err)
-	}
-	return q.tokens, nil
+	return q.finishRequest()
 }
 
 // abandonSparse appends tok, selects every block in the last layer, writes
