@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kvtier/kvtier/kvcache"
 	"github.com/kvtier/kvtier/radix"
@@ -353,10 +354,21 @@ func TestEngineReportsEachCopy(t *testing.T) {
 
 	// Tier 4 refuses the Puts of a store-to-store move: each batch fails
 	// whole, with the Put's error (the one whose Get missed unit 2 too).
+	// Each Put waits until all three have begun (or a second passed), so
+	// that no batch fails before the last one starts: the engine starts
+	// a transfer's batches at once (Parallel 4), and one that began after
+	// a failure would not be tried.
 	var puts atomic.Int32
+	allBegun := make(chan struct{})
 	s4.Fail = func(op string, _ []kvcache.UnitKey) error {
 		if op == "put" {
-			puts.Add(1)
+			if puts.Add(1) == 3 {
+				close(allBegun)
+			}
+			select {
+			case <-allBegun:
+			case <-time.After(time.Second):
+			}
 			return errors.New("OOM command not allowed")
 		}
 		return nil
