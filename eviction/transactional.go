@@ -49,6 +49,7 @@ var (
 	_ Transactional = (*FIFO[int])(nil)
 	_ Transactional = (*PrioritizedLRU[int])(nil)
 	_ Transactional = (*S3FIFO[int])(nil)
+	_ Transactional = (*ARC[int])(nil)
 	_ Transactional = (*Retention[int])(nil)
 )
 
@@ -422,6 +423,37 @@ func (p *S3FIFO[K]) Rollback() {
 	t := &p.tx
 	p.bytes, p.count, p.tracked, p.hasEvicted = t.bytes, t.count, t.tracked, t.hasEvicted
 	p.claimed, p.absent, p.absentValid = t.claimed, t.absent, t.absentValid
+}
+
+// Begin starts recording (see [Transactional]).
+func (p *ARC[K]) Begin() {
+	p.Commit()
+	p.slab.begin()
+	p.keys.begin()
+	p.tx = arcScalars[K]{bytes: p.bytes, count: p.count, tracked: p.tracked, p: p.p,
+		ghostHit: p.ghostHit, inB1: p.inB1, inB2: p.inB2, claim: p.claim, incoming: p.incoming}
+}
+
+// Commit stops recording, keeping every change (see [Transactional]).
+func (p *ARC[K]) Commit() {
+	p.slab.commit()
+	p.keys.commit()
+	var zero K
+	p.tx.claim = zero // may hold a pointer
+}
+
+// Rollback undoes every call since Begin (see [Transactional]): the
+// target p, the moves between lists and the ghosts an Evict or Admit
+// made or dropped included.
+func (p *ARC[K]) Rollback() {
+	if !p.slab.tx.on {
+		return
+	}
+	p.slab.rollback()
+	p.keys.rollback()
+	t := &p.tx
+	p.bytes, p.count, p.tracked, p.p = t.bytes, t.count, t.tracked, t.p
+	p.ghostHit, p.inB1, p.inB2, p.claim, p.incoming = t.ghostHit, t.inB1, t.inB2, t.claim, t.incoming
 }
 
 // retentionJournal records a Retention's changes while a transaction runs.

@@ -45,6 +45,8 @@ var (
 		// The original S3-FIFO, libCacheSim's S3FIFOv0.c (test_S3FIFOv0 in
 		// the same test file; not in the README).
 		"S3FIFOv0": {89307, 82387, 77041, 76791, 71300, 70343, 70455, 70355},
+		// libCacheSim's ARC.c (test_ARC in the same test file).
+		"ARC": {90252, 85861, 78168, 74297, 67381, 65685, 64439, 64772},
 	}
 	// Missed bytes: the README publishes LRU's; libCacheSim's test file has
 	// them for every policy.
@@ -53,6 +55,7 @@ var (
 		"FIFO":     {4213112832, 4052646400, 3829170176, 3807412736, 3093146112, 3079525888, 3079210496, 3077547520},
 		"S3FIFO":   {4058576896, 3573827584, 3244417024, 3061737984, 2898109952, 2628363776, 2425027072, 2327934464},
 		"S3FIFOv0": {4040718336, 3703628800, 3353047552, 3282235904, 3038256128, 2980646912, 2984458752, 2979649536},
+		"ARC":      {4068098560, 3821026816, 3525644800, 3296890368, 2868538880, 2771180032, 2699484672, 2712971264},
 	}
 )
 
@@ -69,6 +72,8 @@ func newMatchPolicy(t testing.TB, name string, capacity int64, idx eviction.Inde
 		p, err = eviction.NewFIFOWithIndex(idx)
 	case "S3FIFO", "S3FIFOv0":
 		p, err = eviction.NewS3FIFOWithIndex(eviction.S3FIFOConfig{Capacity: capacity, Original: name == "S3FIFOv0"}, idx)
+	case "ARC":
+		p, err = eviction.NewARCWithIndex(eviction.ARCConfig{Capacity: capacity}, idx)
 	default:
 		t.Fatalf("unknown policy %s", name)
 	}
@@ -86,7 +91,7 @@ func newMatchPolicy(t testing.TB, name string, capacity int64, idx eviction.Inde
 func TestMatchesLibCacheSim(t *testing.T) {
 	reqs := loadCloudPhysics(t)
 	prepared := replay.Prepare(reqs)
-	for _, name := range []string{"LRU", "FIFO", "S3FIFO", "S3FIFOv0"} {
+	for _, name := range []string{"LRU", "FIFO", "S3FIFO", "S3FIFOv0", "ARC"} {
 		for i, size := range libCacheSimSizes {
 			t.Run(fmt.Sprintf("%s/%dMiB", name, size/mib), func(t *testing.T) {
 				cfg := replay.Config{Capacity: size}
