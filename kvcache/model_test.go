@@ -167,6 +167,8 @@ func modelConfigs() []modelConfig {
 		// Three tiers: the CPU's victims move down to a third tier, whose
 		// victims are dropped; units load back from either.
 		{name: "paged-3tier", kind: layout.PagedLayer, gpu: Capacity{Units: 30}, cpu: Capacity{Units: 10}, third: Capacity{Units: 16}},
+		{name: "paged-3tier-arc", kind: layout.PagedLayer, windows: []int{0, 6}, gpu: Capacity{Units: 30}, cpu: Capacity{Units: 10},
+			third: Capacity{Units: 16}, policy: constFactory(ARCPolicy(eviction.ARCConfig{}))},
 		{name: "bsa-3tier-cost", kind: layout.BSA, windows: []int{0, 8}, gpu: Capacity{Units: 60}, cpu: Capacity{Units: 16},
 			third: Capacity{Units: 40}, policy: constFactory(S3FIFOPolicy(eviction.S3FIFOConfig{})),
 			recompute: &costmodel.Recompute{Beta: 2e-7}, link: costmodel.Link{BytesPerSecond: 1e9}},

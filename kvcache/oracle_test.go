@@ -62,6 +62,7 @@ func oracleConfigs() []oracleConfig {
 	lru := kvcache.LRUPolicy
 	fifo := kvcache.FIFOPolicy
 	s3 := func() kvcache.PolicyFactory { return kvcache.S3FIFOPolicy(eviction.S3FIFOConfig{}) }
+	arc := func() kvcache.PolicyFactory { return kvcache.ARCPolicy(eviction.ARCConfig{}) }
 	win := []int{0, 20, 0, 12}
 	return []oracleConfig{
 		{name: "paged-lru", kind: layout.PagedLayer, policy: lru, gpu: 40, cpu: 40},
@@ -75,6 +76,7 @@ func oracleConfigs() []oracleConfig {
 		{name: "paged-windows-fifo-nocpu", kind: layout.PagedLayer, windows: win, policy: fifo, gpu: 24},
 		{name: "paged-async", kind: layout.PagedLayer, policy: lru, gpu: 40, cpu: 40, async: true, failPct: 15},
 		{name: "paged-async-layerwise", kind: layout.PagedLayer, policy: lru, gpu: 40, cpu: 40, async: true, layerWise: true, failPct: 15},
+		{name: "paged-windows-arc-async", kind: layout.PagedLayer, windows: win, policy: arc, gpu: 40, cpu: 30, async: true, failPct: 15},
 		{name: "bsa-windows-async", kind: layout.BSA, windows: win, policy: s3, gpu: 40, cpu: 40, async: true, failPct: 15},
 		{name: "paged-cla-prioritized", kind: layout.PagedLayer, cla: 2, policy: kvcache.PrioritizedLRUPolicy, gpu: 40, cpu: 40},
 		// Units of layer 0 cost more to recompute than to load over the

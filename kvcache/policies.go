@@ -106,7 +106,7 @@ func (info PoolInfo) NewIndex() (eviction.Index[UnitID], error) {
 // the GPU is reported as a hit with Access, once pinned, unless the policy
 // declares with eviction.PinnedAccessIgnorer that Access of a pinned key
 // changes nothing (the LRU, FIFO, PrioritizedLRU and Retention of package
-// eviction do; S3-FIFO counts the hit).
+// eviction do; S3-FIFO and ARC count the hit).
 type PolicyFactory func(PoolInfo) (eviction.Policy[UnitID], error)
 
 // indexed returns a factory of the policies build makes over a new index
@@ -154,6 +154,22 @@ func S3FIFOPolicy(cfg eviction.S3FIFOConfig) PolicyFactory {
 			c.Capacity = int64(max(1, info.Slots))
 		}
 		return eviction.NewS3FIFOWithIndex(c, idx)
+	})
+}
+
+// ARCPolicy returns a factory of eviction.ARC policies configured by cfg,
+// with Capacity set to the arena's slots (at least 1: an arena of zero
+// slots never inserts) when cfg.Capacity is 0. A unit found on the GPU
+// again moves to ARC's frequency list, and a block that comes back after
+// its units were evicted (onboarded or recomputed) moves the target
+// between recency and frequency.
+func ARCPolicy(cfg eviction.ARCConfig) PolicyFactory {
+	return indexed(func(info PoolInfo, idx eviction.Index[UnitID]) (eviction.Policy[UnitID], error) {
+		c := cfg
+		if c.Capacity == 0 {
+			c.Capacity = int64(max(1, info.Slots))
+		}
+		return eviction.NewARCWithIndex(c, idx)
 	})
 }
 

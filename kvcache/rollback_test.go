@@ -60,6 +60,7 @@ func TestFailedOperationLeavesPoliciesAsTheyWere(t *testing.T) {
 		"fifo":      FIFOPolicy(),
 		"plru":      PrioritizedLRUPolicy(),
 		"s3fifo":    S3FIFOPolicy(eviction.S3FIFOConfig{}),
+		"arc":       ARCPolicy(eviction.ARCConfig{}),
 		"retention": RetentionPolicy(),
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -40,7 +40,7 @@ type options struct {
 }
 
 // policyNames lists the POLICIES cachesim knows.
-var policyNames = []string{"lru", "fifo", "s3fifo", "s3fifov0", "plru", "retention"}
+var policyNames = []string{"lru", "fifo", "s3fifo", "s3fifov0", "arc", "plru", "retention"}
 
 // parseArgs parses the flags, which may come before, between or after the
 // four positional arguments.

@@ -11,8 +11,8 @@
 // TRACE is a trace file. TYPE is its format: oracleGeneral (libCacheSim's
 // binary format), txt (one object id per line) or csv (columns chosen with
 // -csv-time-col, -csv-id-col, -csv-size-col, -csv-header, -csv-delimiter).
-// POLICIES is a comma-separated list of lru, fifo, s3fifo, s3fifov0, plru
-// and retention. SIZES is a comma-separated list of cache sizes: plain numbers,
+// POLICIES is a comma-separated list of lru, fifo, s3fifo, s3fifov0, arc,
+// plru and retention. SIZES is a comma-separated list of cache sizes: plain numbers,
 // or numbers with a unit, B, KiB/MiB/GiB/TiB (powers of 1024) or KB/MB/GB/TB
 // (powers of 1000), case-insensitive, from 1 byte to 4 EiB.
 //
@@ -38,6 +38,7 @@
 //     is libCacheSim's S3FIFO (December 2024 version).
 //   - s3fifov0: the same with S3FIFOConfig.Original, libCacheSim's
 //     S3FIFOv0 (the original S3-FIFO).
+//   - arc: eviction.NewARC (Megiddo and Modha's ARC), libCacheSim's ARC.
 //   - plru: eviction.NewPrioritizedLRU. A trace carries no priorities, so
 //     every object has the default priority and plru behaves as LRU.
 //   - retention: eviction.NewRetention, Pensieve's cost / time-inactive,
@@ -54,7 +55,7 @@
 //
 // By default the trace is decoded into memory once (replay.Prepare, ids
 // renumbered densely) and replayed for every policy and size, -parallel at
-// a time; lru, fifo, s3fifo, s3fifov0 and plru then index those ids with a
+// a time; lru, fifo, s3fifo, s3fifov0, arc and plru then index those ids with a
 // slice (replay.Prepared.NewIndex, an eviction.DenseIndex) instead of a
 // map, which gives the same results about twice as fast. -stream re-reads
 // the file for each replay instead, in constant memory, with map indexes.

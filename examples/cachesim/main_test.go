@@ -179,7 +179,7 @@ func TestCachesimErrors(t *testing.T) {
 		"too few arguments":   {bin, "oracleGeneral", "lru"},
 		"too many arguments":  {bin, "oracleGeneral", "lru", "1MiB", "extra"},
 		"unknown type":        {bin, "vscsi", "lru", "1MiB"},
-		"unknown policy":      {bin, "oracleGeneral", "lru,arc", "1MiB"},
+		"unknown policy":      {bin, "oracleGeneral", "lru,lfu", "1MiB"},
 		"bad size":            {bin, "oracleGeneral", "lru", "12XB"},
 		"zero size":           {bin, "oracleGeneral", "lru", "0"},
 		"negative size":       {bin, "oracleGeneral", "lru", "-5MiB"},
@@ -240,15 +240,15 @@ func TestParseSize(t *testing.T) {
 }
 
 // TestCachesimCloudPhysics runs the command on libCacheSim's trace when the
-// shared folder is present: LRU, FIFO and S3-FIFO print libCacheSim's
+// shared folder is present: LRU, FIFO, S3-FIFO and ARC print libCacheSim's
 // published miss counts.
 func TestCachesimCloudPhysics(t *testing.T) {
 	path := filepath.Join("..", "..", "..", "shared", "traces", "cloudPhysicsIO.oracleGeneral.bin")
 	if _, err := os.Stat(path); err != nil {
 		t.Skipf("libCacheSim's cloudPhysicsIO trace is not at %s (%v): skipping; it lives in ../shared/traces beside the project", path, err)
 	}
-	res := runJSON(t, path, "oracleGeneral", "lru,fifo,s3fifo,s3fifov0,retention", "128MiB,1GiB", "-parallel", "2")
-	want := []int64{93374, 71704, 93403, 72140, 90117, 56045, 89307, 70355, 93374, 71704}
+	res := runJSON(t, path, "oracleGeneral", "lru,fifo,s3fifo,s3fifov0,arc,retention", "128MiB,1GiB", "-parallel", "2")
+	want := []int64{93374, 71704, 93403, 72140, 90117, 56045, 89307, 70355, 90252, 64772, 93374, 71704}
 	require.Len(t, res, len(want))
 	for i, r := range res {
 		require.Equal(t, int64(113872), r.Requests)

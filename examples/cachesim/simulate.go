@@ -42,6 +42,8 @@ func newPolicy(o options, name string, capacity int64, clock eviction.Clock, idx
 			MoveToMainThreshold: o.s3Threshold,
 			Original:            name == "s3fifov0",
 		}, idx)
+	case "arc":
+		return eviction.NewARCWithIndex(eviction.ARCConfig{Capacity: capacity}, idx)
 	case "plru":
 		return eviction.NewPrioritizedLRUWithIndex(clock, idx)
 	case "retention":
