@@ -50,6 +50,7 @@ var (
 	_ Transactional = (*PrioritizedLRU[int])(nil)
 	_ Transactional = (*S3FIFO[int])(nil)
 	_ Transactional = (*ARC[int])(nil)
+	_ Transactional = (*WTinyLFU[int])(nil)
 	_ Transactional = (*Retention[int])(nil)
 )
 
@@ -454,6 +455,34 @@ func (p *ARC[K]) Rollback() {
 	t := &p.tx
 	p.bytes, p.count, p.tracked, p.p = t.bytes, t.count, t.tracked, t.p
 	p.ghostHit, p.inB1, p.inB2, p.claim, p.incoming = t.ghostHit, t.inB1, t.inB2, t.claim, t.incoming
+}
+
+// Begin starts recording (see [Transactional]).
+func (p *WTinyLFU[K]) Begin() {
+	p.Commit()
+	p.slab.begin()
+	p.keys.begin()
+	p.freq.begin()
+	p.tx = wtlScalars{bytes: p.bytes, count: p.count, tracked: p.tracked}
+}
+
+// Commit stops recording, keeping every change (see [Transactional]).
+func (p *WTinyLFU[K]) Commit() {
+	p.slab.commit()
+	p.keys.commit()
+	p.freq.commit()
+}
+
+// Rollback undoes every call since Begin (see [Transactional]): the moves
+// between lists and the frequency sketch's counts and agings included.
+func (p *WTinyLFU[K]) Rollback() {
+	if !p.slab.tx.on {
+		return
+	}
+	p.slab.rollback()
+	p.keys.rollback()
+	p.freq.rollback()
+	p.bytes, p.count, p.tracked = p.tx.bytes, p.tx.count, p.tx.tracked
 }
 
 // retentionJournal records a Retention's changes while a transaction runs.
