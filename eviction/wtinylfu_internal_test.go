@@ -238,7 +238,9 @@ func (r *refWTinyLFU) evict() (int, bool) {
 	return 0, false
 }
 
-func (r *refWTinyLFU) len() int { return len(r.lists[0]) + len(r.lists[1]) + len(r.lists[2]) + len(r.pinned) }
+func (r *refWTinyLFU) len() int {
+	return len(r.lists[0]) + len(r.lists[1]) + len(r.lists[2]) + len(r.pinned)
+}
 
 // TestWTinyLFUMatchesReference runs random mixes of every call, with a
 // Zipf popularity and sizes that change, through WTinyLFU (with each kind
