@@ -15,9 +15,11 @@ import (
 // sixteen counters to a word, counts the keys seen more than once; a
 // doorkeeper (a Bloom filter) takes each key's first sighting, so that the
 // many keys seen once take no counter. An estimate is the least of the
-// key's four counters, plus one if the doorkeeper holds it. After
-// sampleSize increments every counter is halved and the doorkeeper
-// cleared (aging), so that the estimates follow what is popular now.
+// key's four counters, plus one if the doorkeeper holds it. After sample
+// sightings that changed the sketch (a key whose four counters are at 15
+// changes nothing, as in Caffeine, so the hottest keys do not hasten the
+// aging) every counter is halved and the doorkeeper cleared, so that the
+// estimates follow what is popular now.
 //
 // Every write goes through set or setDoor, which journal the old value
 // while a transaction runs (see Transactional), and an aging saves the
@@ -109,17 +111,23 @@ func (s *sketch) inDoor(h uint64) bool {
 // increment counts one sighting of h, aging the sketch when the sample is
 // full.
 func (s *sketch) increment(h uint64) {
+	added := false
 	if !s.inDoor(h) {
 		for _, b := range s.doorBits(h) {
 			s.setDoor(int(b>>6), s.door[b>>6]|1<<(b&63))
 		}
+		added = true
 	} else {
 		for i := range 4 {
 			w, sh := s.slot(h, i)
 			if (s.table[w]>>sh)&15 < 15 {
 				s.set(w, s.table[w]+1<<sh)
+				added = true
 			}
 		}
+	}
+	if !added {
+		return
 	}
 	s.additions++
 	if s.additions >= s.sample {

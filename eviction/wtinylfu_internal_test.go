@@ -75,16 +75,22 @@ func (r *refWTinyLFU) inDoor(h uint64) bool {
 
 func (r *refWTinyLFU) see(k int) {
 	h := r.hash(k)
+	added := false
 	if !r.inDoor(h) {
 		for _, b := range r.doorIndexes(h) {
 			r.door[b] = true
 		}
+		added = true
 	} else {
 		for row := range 4 {
 			if c := r.counter(h, row); *c < 15 {
 				*c++
+				added = true
 			}
 		}
+	}
+	if !added {
+		return // every counter saturated: not a sample
 	}
 	r.additions++
 	if r.additions >= r.sample {
@@ -199,43 +205,48 @@ func (r *refWTinyLFU) remove(k int) {
 	}
 }
 
-func (r *refWTinyLFU) mainVictim() int {
-	switch {
-	case len(r.lists[1]) > 0:
-		return 1
-	case len(r.lists[2]) > 0:
-		return 2
-	}
-	return -1
-}
-
 func (r *refWTinyLFU) evict() (int, bool) {
+	if r.len() == len(r.pinned) {
+		return 0, false
+	}
+	cand := -1 // the candidate's list: 0 or 1
 	for r.sum(0) > r.windowCap && len(r.lists[0]) > 0 {
-		c := r.lists[0][0]
-		v := r.mainVictim()
-		switch {
-		case r.sum(1)+r.sum(2)+c.size <= r.mainCap:
-			it := r.take(0, 0)
-			it.list = 1
-			r.push(it)
-		case v < 0:
-			return r.take(0, 0).key, true
-		case r.estimate(c.key) > r.estimate(r.lists[v][0].key):
-			it := r.take(0, 0)
-			it.list = 1
-			r.push(it)
-			return r.take(v, 0).key, true
-		default:
-			return r.take(0, 0).key, true
+		it := r.take(0, 0)
+		it.list = 1
+		r.push(it)
+		if cand < 0 {
+			cand = it.key
 		}
 	}
-	if v := r.mainVictim(); v >= 0 {
-		return r.take(v, 0).key, true
+	var c *refWTLItem
+	if cand >= 0 {
+		_, j := r.find(cand)
+		c = &r.lists[1][j]
+	} else if len(r.lists[0]) > 0 {
+		c = &r.lists[0][0]
 	}
-	if len(r.lists[0]) > 0 {
-		return r.take(0, 0).key, true
+	var v *refWTLItem
+	if len(r.lists[1]) > 0 {
+		v = &r.lists[1][0]
 	}
-	return 0, false
+	evict := func(it *refWTLItem) (int, bool) {
+		k := it.key
+		l, j := r.find(k)
+		r.take(l, j)
+		return k, true
+	}
+	switch {
+	case c == nil && v == nil:
+		return evict(&r.lists[2][0])
+	case c == nil:
+		return evict(v)
+	case v == nil, c.key == v.key, c.size > r.windowCap+r.mainCap:
+		return evict(c)
+	case r.estimate(c.key) > r.estimate(v.key):
+		return evict(v)
+	default:
+		return evict(c)
+	}
 }
 
 func (r *refWTinyLFU) len() int {
