@@ -21,14 +21,19 @@ import (
 // aging) every counter is halved and the doorkeeper cleared, so that the
 // estimates follow what is popular now.
 //
+// A key's four counters lie in one block of 8 words (64 bytes, a cache
+// line; row i in word 2i or 2i+1 of the block), as in Caffeine, and its
+// three doorkeeper bits in one word, so that a sighting reads two cache
+// lines, not seven.
+//
 // Every write goes through set or setDoor, which journal the old value
 // while a transaction runs (see Transactional), and an aging saves the
 // whole table and doorkeeper first.
 type sketch struct {
 	table     []uint64 // 16 counters of 4 bits per word
-	tableMask uint64
+	blockBits uint     // log2(blocks of 8 words)
 	door      []uint64 // doorkeeper bits
-	doorShift uint     // 64 - log2(doorkeeper bits)
+	doorMask  uint64   // doorkeeper words - 1
 	additions int
 	sample    int
 
@@ -56,33 +61,41 @@ type sketchWrite struct {
 // newSketch returns a sketch sized for about keys distinct keys in the
 // cache: a word of counters per key (rounded up to a power of two, at
 // least 16) and 8 doorkeeper bits per key; it ages every 10 × keys
-// increments, as Caffeine does.
+// sightings, as Caffeine does.
 func newSketch(keys int) sketch {
 	n := 1 << bits.Len(uint(max(keys, 16)-1))
 	return sketch{
 		table:     make([]uint64, n),
-		tableMask: uint64(n - 1),
+		blockBits: uint(bits.Len(uint(n/8 - 1))),
 		door:      make([]uint64, n/8),
-		doorShift: uint(64 - bits.Len(uint(n*8-1))),
+		doorMask:  uint64(n/8 - 1),
 		sample:    10 * max(keys, 16),
 	}
 }
 
-// The multipliers that derive each row's word from a key's hash.
-var sketchSeeds = [4]uint64{0xc3a5c85c97cb3127, 0xb492b66fbe98f273, 0x9ae16a3b2f90404f, 0xcbf29ce484222325}
+// sketchSpread derives, by a product, the bits that place a key's counters
+// and doorkeeper bits in their block and word from its hash, whose top bits
+// choose the block and low bits the doorkeeper's word.
+const sketchSpread = 0x9ae16a3b2f90404f
 
-// slot returns the word and the shift of h's counter in row i. Row i uses
-// counters 4i..4i+3 of a word, so that rows never share a counter.
-func (s *sketch) slot(h uint64, i int) (int, uint) {
-	x := (h + sketchSeeds[i]) * sketchSeeds[(i+1)&3]
-	x ^= x >> 31
-	return int(x & s.tableMask), uint(4*i+int(x>>62)) << 2
+// spread returns the bits of h that place its counters and doorkeeper
+// bits.
+func spread(h uint64) uint64 {
+	x := h * sketchSpread
+	return x ^ x>>29
 }
 
-// doorBits returns the three doorkeeper bits of h: the top bits of three
-// products of h.
-func (s *sketch) doorBits(h uint64) [3]uint64 {
-	return [3]uint64{(h * sketchSeeds[0]) >> s.doorShift, (h * sketchSeeds[1]) >> s.doorShift, (h * sketchSeeds[2]) >> s.doorShift}
+// slot returns the word and the shift of h's counter in row i: in h's
+// block, word 2i or 2i+1, one of its 16 counters.
+func (s *sketch) slot(h uint64, i int) (int, uint) {
+	x := spread(h) >> (8 * i)
+	return int((h>>(64-s.blockBits))<<3 + x&1 + uint64(2*i)), uint((x>>1)&15) << 2
+}
+
+// doorBits returns the doorkeeper word of h and its three bits there.
+func (s *sketch) doorBits(h uint64) (int, uint64) {
+	x := spread(h)
+	return int(h & s.doorMask), 1<<((x>>40)&63) | 1<<((x>>46)&63) | 1<<((x>>52)&63)
 }
 
 // estimate returns how often h was seen, as the sketch remembers it: 0 to
@@ -100,22 +113,16 @@ func (s *sketch) estimate(h uint64) int {
 }
 
 func (s *sketch) inDoor(h uint64) bool {
-	for _, b := range s.doorBits(h) {
-		if s.door[b>>6]&(1<<(b&63)) == 0 {
-			return false
-		}
-	}
-	return true
+	w, b := s.doorBits(h)
+	return s.door[w]&b == b
 }
 
 // increment counts one sighting of h, aging the sketch when the sample is
 // full.
 func (s *sketch) increment(h uint64) {
 	added := false
-	if !s.inDoor(h) {
-		for _, b := range s.doorBits(h) {
-			s.setDoor(int(b>>6), s.door[b>>6]|1<<(b&63))
-		}
+	if w, b := s.doorBits(h); s.door[w]&b != b {
+		s.setDoor(w, s.door[w]|b)
 		added = true
 	} else {
 		for i := range 4 {

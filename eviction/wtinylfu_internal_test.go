@@ -22,7 +22,7 @@ type refWTinyLFU struct {
 	counters  []uint8 // counter c of word w at w*16 + c
 	door      []bool
 	words     int
-	doorShift uint
+	blockBits uint
 	additions int
 	sample    int
 	hash      func(int) uint64
@@ -39,9 +39,9 @@ func newRefWTinyLFU(capacity int64, keys int, window, protected float64) *refWTi
 	for n < keys {
 		n *= 2
 	}
-	doorBitsLen := 0
-	for 1<<doorBitsLen < n*8 {
-		doorBitsLen++
+	blockBits := 0
+	for 1<<blockBits < n/8 {
+		blockBits++
 	}
 	w := max(1, int64(float64(capacity)*window))
 	m := max(0, capacity-w)
@@ -49,19 +49,27 @@ func newRefWTinyLFU(capacity int64, keys int, window, protected float64) *refWTi
 		windowCap: w, mainCap: m, protectedCap: int64(float64(m) * protected),
 		pinned:   map[int]refWTLItem{},
 		counters: make([]uint8, n*16), door: make([]bool, n*8), words: n,
-		doorShift: uint(64 - doorBitsLen), sample: 10 * max(keys, 16), hash: keyHasher[int](),
+		blockBits: uint(blockBits), sample: 10 * max(keys, 16), hash: keyHasher[int](),
 	}
 }
 
+// place is sketch's spread, restated.
+func (r *refWTinyLFU) place(h uint64) uint64 {
+	x := h * 0x9ae16a3b2f90404f
+	return x ^ x>>29
+}
+
 func (r *refWTinyLFU) counter(h uint64, row int) *uint8 {
-	x := (h + sketchSeeds[row]) * sketchSeeds[(row+1)&3]
-	x ^= x >> 31
-	word := int(x % uint64(r.words))
-	return &r.counters[word*16+4*row+int(x>>62)]
+	x := r.place(h) >> (8 * row)
+	block := int(h >> (64 - r.blockBits))
+	word := block*8 + 2*row + int(x&1)
+	return &r.counters[word*16+int((x>>1)&15)]
 }
 
 func (r *refWTinyLFU) doorIndexes(h uint64) []int {
-	return []int{int((h * sketchSeeds[0]) >> r.doorShift), int((h * sketchSeeds[1]) >> r.doorShift), int((h * sketchSeeds[2]) >> r.doorShift)}
+	x := r.place(h)
+	word := int(h % uint64(r.words/8))
+	return []int{word*64 + int((x>>40)&63), word*64 + int((x>>46)&63), word*64 + int((x>>52)&63)}
 }
 
 func (r *refWTinyLFU) inDoor(h uint64) bool {
