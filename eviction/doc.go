@@ -19,6 +19,8 @@
 //	                then a 2-bit CLOCK over main
 //	ARC             LRU of the keys seen once or of the  O(1)          libCacheSim
 //	                keys seen twice, split by ghost hits
+//	WTinyLFU        the less frequent of the window's    O(1) amort.   Caffeine
+//	                and main's oldest (count-min sketch)
 //	Retention       lowest cost/(now - last use)         O(log g)      Pensieve
 //
 // LRU is the baseline every serving engine starts from (vLLM's free-block
@@ -54,6 +56,17 @@
 // libCacheSim publishes (BENCHMARKS.md). A hit costs ARC a list move where
 // S3FIFO sets a counter.
 //
+// WTinyLFU is Caffeine's policy (Einziger, Friedman and Manes): a window
+// LRU of 1% in front of a segmented LRU, and an admission filter, a
+// count-min sketch of recent frequencies, that lets a key from the window
+// into the main space only if it was seen more often than the key it
+// would push out. Where popularity is skewed and stable it misses least of
+// the policies here (BENCHMARKS.md compares it with otter, whose policy it
+// is); a burst of keys seen once never reaches the main space. The sketch
+// hashes the keys, so its choices depend on the key values (not only on
+// their order, as the other policies' do) and keys must be integers or
+// strings.
+//
 // Retention is Pensieve's cost-aware policy: a key's cost is its recompute
 // cost from package costmodel (linear in context, optionally weighted by layer
 // and position), and the victim is the key with the lowest cost per second of
@@ -64,16 +77,17 @@
 //
 // # Key indexes
 //
-// LRU, FIFO, PrioritizedLRU, S3FIFO and ARC keep their keys in a slab of list
-// nodes and find a key's node through an index. By default the index is a
-// Go map, which takes any comparable key; at a million keys its cache
-// misses are most of an operation's cost. Keys that are small non-negative
-// integers (dense ids, slot or block numbers) can use a [DenseIndex]
-// instead, one slice access per lookup: build one with [NewDenseIndex] and
-// pass it to [NewLRUWithIndex], [NewFIFOWithIndex],
-// [NewPrioritizedLRUWithIndex], [NewS3FIFOWithIndex] or [NewARCWithIndex]. The policy makes
-// the same choices with either index; an Insert of a key the dense index
-// cannot hold fails with [ErrKeyOutOfRange].
+// LRU, FIFO, PrioritizedLRU, S3FIFO, ARC and WTinyLFU keep their keys in a
+// slab of list nodes and find a key's node through an index. By default
+// the index is a Go map, which takes any comparable key; at a million keys
+// its cache misses are most of an operation's cost. Keys that are small
+// non-negative integers (dense ids, slot or block numbers) can use a
+// [DenseIndex] instead, one slice access per lookup: build one with
+// [NewDenseIndex] and pass it to [NewLRUWithIndex], [NewFIFOWithIndex],
+// [NewPrioritizedLRUWithIndex], [NewS3FIFOWithIndex], [NewARCWithIndex] or
+// [NewWTinyLFUWithIndex]. The policy makes the same choices with either
+// index; an Insert of a key the dense index cannot hold fails with
+// [ErrKeyOutOfRange].
 //
 // # Contract
 //

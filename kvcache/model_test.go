@@ -169,6 +169,8 @@ func modelConfigs() []modelConfig {
 		{name: "paged-3tier", kind: layout.PagedLayer, gpu: Capacity{Units: 30}, cpu: Capacity{Units: 10}, third: Capacity{Units: 16}},
 		{name: "paged-3tier-arc", kind: layout.PagedLayer, windows: []int{0, 6}, gpu: Capacity{Units: 30}, cpu: Capacity{Units: 10},
 			third: Capacity{Units: 16}, policy: constFactory(ARCPolicy(eviction.ARCConfig{}))},
+		{name: "bsa-wtinylfu", kind: layout.BSA, windows: []int{0, 8}, gpu: Capacity{Units: 60}, cpu: Capacity{Units: 24},
+			policy: constFactory(WTinyLFUPolicy(eviction.WTinyLFUConfig{WindowRatio: 0.1}))},
 		{name: "bsa-3tier-cost", kind: layout.BSA, windows: []int{0, 8}, gpu: Capacity{Units: 60}, cpu: Capacity{Units: 16},
 			third: Capacity{Units: 40}, policy: constFactory(S3FIFOPolicy(eviction.S3FIFOConfig{})),
 			recompute: &costmodel.Recompute{Beta: 2e-7}, link: costmodel.Link{BytesPerSecond: 1e9}},

@@ -63,6 +63,7 @@ func oracleConfigs() []oracleConfig {
 	fifo := kvcache.FIFOPolicy
 	s3 := func() kvcache.PolicyFactory { return kvcache.S3FIFOPolicy(eviction.S3FIFOConfig{}) }
 	arc := func() kvcache.PolicyFactory { return kvcache.ARCPolicy(eviction.ARCConfig{}) }
+	tinylfu := func() kvcache.PolicyFactory { return kvcache.WTinyLFUPolicy(eviction.WTinyLFUConfig{}) }
 	win := []int{0, 20, 0, 12}
 	return []oracleConfig{
 		{name: "paged-lru", kind: layout.PagedLayer, policy: lru, gpu: 40, cpu: 40},
@@ -89,6 +90,7 @@ func oracleConfigs() []oracleConfig {
 		{name: "all-layers-windows-async-layerwise", kind: layout.AllLayers, windows: win, policy: lru, gpu: 40, cpu: 30, async: true, layerWise: true, failPct: 15},
 		// One policy key per block and pool (Config.BlockKeys).
 		{name: "paged-lru-blockkeys", kind: layout.PagedLayer, policy: lru, gpu: 40, cpu: 40, blockKeys: true},
+		{name: "all-layers-wtinylfu-blockkeys", kind: layout.AllLayers, policy: tinylfu, gpu: 40, cpu: 30, blockKeys: true},
 		{name: "paged-windows-s3fifo-blockkeys", kind: layout.PagedLayer, windows: win, policy: s3, gpu: 40, cpu: 30, blockKeys: true},
 		{name: "bsa-mla-cla-fifo-blockkeys", kind: layout.BSA, mla: 12, cla: 2, policy: fifo, gpu: 40, cpu: 30, blockKeys: true},
 		{name: "paged-async-layerwise-blockkeys", kind: layout.PagedLayer, policy: lru, gpu: 40, cpu: 40, async: true, layerWise: true, failPct: 15, blockKeys: true},

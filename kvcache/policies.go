@@ -106,7 +106,7 @@ func (info PoolInfo) NewIndex() (eviction.Index[UnitID], error) {
 // the GPU is reported as a hit with Access, once pinned, unless the policy
 // declares with eviction.PinnedAccessIgnorer that Access of a pinned key
 // changes nothing (the LRU, FIFO, PrioritizedLRU and Retention of package
-// eviction do; S3-FIFO and ARC count the hit).
+// eviction do; S3-FIFO, ARC and W-TinyLFU count the hit).
 type PolicyFactory func(PoolInfo) (eviction.Policy[UnitID], error)
 
 // indexed returns a factory of the policies build makes over a new index
@@ -170,6 +170,21 @@ func ARCPolicy(cfg eviction.ARCConfig) PolicyFactory {
 			c.Capacity = int64(max(1, info.Slots))
 		}
 		return eviction.NewARCWithIndex(c, idx)
+	})
+}
+
+// WTinyLFUPolicy returns a factory of eviction.WTinyLFU policies configured
+// by cfg, with Capacity set to the arena's slots (at least 1) when
+// cfg.Capacity is 0; Keys, when 0, then follows Capacity, one key per
+// slot. Each placement and each hit counts a sighting of the unit, so a
+// block many requests share outlives one a single request wrote.
+func WTinyLFUPolicy(cfg eviction.WTinyLFUConfig) PolicyFactory {
+	return indexed(func(info PoolInfo, idx eviction.Index[UnitID]) (eviction.Policy[UnitID], error) {
+		c := cfg
+		if c.Capacity == 0 {
+			c.Capacity = int64(max(1, info.Slots))
+		}
+		return eviction.NewWTinyLFUWithIndex(c, idx)
 	})
 }
 

@@ -61,6 +61,7 @@ func TestFailedOperationLeavesPoliciesAsTheyWere(t *testing.T) {
 		"plru":      PrioritizedLRUPolicy(),
 		"s3fifo":    S3FIFOPolicy(eviction.S3FIFOConfig{}),
 		"arc":       ARCPolicy(eviction.ARCConfig{}),
+		"wtinylfu":  WTinyLFUPolicy(eviction.WTinyLFUConfig{}),
 		"retention": RetentionPolicy(),
 	} {
 		t.Run(name, func(t *testing.T) {

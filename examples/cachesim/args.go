@@ -34,13 +34,14 @@ type options struct {
 
 	s3SmallRatio, s3GhostRatio float64
 	s3Threshold                int
+	tinyLFUKeys                int
 
 	timeSource replay.TimeSource
 	timeUnit   time.Duration
 }
 
 // policyNames lists the POLICIES cachesim knows.
-var policyNames = []string{"lru", "fifo", "s3fifo", "s3fifov0", "arc", "plru", "retention"}
+var policyNames = []string{"lru", "fifo", "s3fifo", "s3fifov0", "arc", "wtinylfu", "plru", "retention"}
 
 // parseArgs parses the flags, which may come before, between or after the
 // four positional arguments.
@@ -66,6 +67,7 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.s3SmallRatio, "s3fifo-small-ratio", 0.10, "s3fifo: share of the cache given to the small queue")
 	fs.Float64Var(&o.s3GhostRatio, "s3fifo-ghost-ratio", 0.90, "s3fifo: size of the ghost queue, as a share of the cache")
 	fs.IntVar(&o.s3Threshold, "s3fifo-threshold", 2, "s3fifo: hits in the small queue that move an object to main (libCacheSim: 2; S3-FIFO paper: 1)")
+	fs.IntVar(&o.tinyLFUKeys, "wtinylfu-keys", 0, "wtinylfu: objects the cache holds, which size its frequency sketch (0: the cache size with --ignore-obj-size, else the cache size over 4 KiB)")
 	timeSrc := fs.String("time", "virtual", "clock of plru and retention: virtual (one tick per request) or trace (the trace's timestamps)")
 	fs.DurationVar(&o.timeUnit, "time-unit", time.Second, "with -time trace: the duration of one unit of the trace's timestamps")
 

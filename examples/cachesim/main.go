@@ -12,7 +12,7 @@
 // binary format), txt (one object id per line) or csv (columns chosen with
 // -csv-time-col, -csv-id-col, -csv-size-col, -csv-header, -csv-delimiter).
 // POLICIES is a comma-separated list of lru, fifo, s3fifo, s3fifov0, arc,
-// plru and retention. SIZES is a comma-separated list of cache sizes: plain numbers,
+// wtinylfu, plru and retention. SIZES is a comma-separated list of cache sizes: plain numbers,
 // or numbers with a unit, B, KiB/MiB/GiB/TiB (powers of 1024) or KB/MB/GB/TB
 // (powers of 1000), case-insensitive, from 1 byte to 4 EiB.
 //
@@ -39,6 +39,9 @@
 //   - s3fifov0: the same with S3FIFOConfig.Original, libCacheSim's
 //     S3FIFOv0 (the original S3-FIFO).
 //   - arc: eviction.NewARC (Megiddo and Modha's ARC), libCacheSim's ARC.
+//   - wtinylfu: eviction.NewWTinyLFU (Caffeine's W-TinyLFU), its sketch
+//     sized for -wtinylfu-keys objects (default: the cache size with
+//     --ignore-obj-size, else the cache size over 4 KiB).
 //   - plru: eviction.NewPrioritizedLRU. A trace carries no priorities, so
 //     every object has the default priority and plru behaves as LRU.
 //   - retention: eviction.NewRetention, Pensieve's cost / time-inactive,
@@ -55,10 +58,13 @@
 //
 // By default the trace is decoded into memory once (replay.Prepare, ids
 // renumbered densely) and replayed for every policy and size, -parallel at
-// a time; lru, fifo, s3fifo, s3fifov0, arc and plru then index those ids with a
+// a time; lru, fifo, s3fifo, s3fifov0, arc, wtinylfu and plru then index those ids with a
 // slice (replay.Prepared.NewIndex, an eviction.DenseIndex) instead of a
 // map, which gives the same results about twice as fast. -stream re-reads
 // the file for each replay instead, in constant memory, with map indexes.
+// wtinylfu's sketch hashes the ids it sees, so its counts with the dense
+// ids can differ slightly from -stream's with the trace's ids (other ids,
+// other collisions in the sketch); the other policies' cannot.
 package main
 
 import (

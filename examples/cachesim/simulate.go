@@ -44,6 +44,15 @@ func newPolicy(o options, name string, capacity int64, clock eviction.Clock, idx
 		}, idx)
 	case "arc":
 		return eviction.NewARCWithIndex(eviction.ARCConfig{Capacity: capacity}, idx)
+	case "wtinylfu":
+		keys := o.tinyLFUKeys
+		if keys == 0 {
+			keys = int(min(capacity, 1<<30))
+			if !o.ignoreObjSize {
+				keys = int(max(1, capacity>>12))
+			}
+		}
+		return eviction.NewWTinyLFUWithIndex(eviction.WTinyLFUConfig{Capacity: capacity, Keys: keys}, idx)
 	case "plru":
 		return eviction.NewPrioritizedLRUWithIndex(clock, idx)
 	case "retention":
