@@ -81,6 +81,18 @@ func benchPolicies() []benchPolicy {
 		{"S3FIFO-dense", func(_ eviction.Clock, n int) (eviction.Policy[int], error) {
 			return eviction.NewS3FIFOWithIndex(eviction.S3FIFOConfig{Capacity: int64(n)}, dense(n))
 		}, true},
+		{"ARC", func(_ eviction.Clock, n int) (eviction.Policy[int], error) {
+			return eviction.NewARC[int](eviction.ARCConfig{Capacity: int64(n)})
+		}, true},
+		{"ARC-dense", func(_ eviction.Clock, n int) (eviction.Policy[int], error) {
+			return eviction.NewARCWithIndex(eviction.ARCConfig{Capacity: int64(n)}, dense(n))
+		}, true},
+		{"WTinyLFU", func(_ eviction.Clock, n int) (eviction.Policy[int], error) {
+			return eviction.NewWTinyLFU[int](eviction.WTinyLFUConfig{Capacity: int64(n)})
+		}, true},
+		{"WTinyLFU-dense", func(_ eviction.Clock, n int) (eviction.Policy[int], error) {
+			return eviction.NewWTinyLFUWithIndex(eviction.WTinyLFUConfig{Capacity: int64(n)}, dense(n))
+		}, true},
 		{"Retention", func(c eviction.Clock, _ int) (eviction.Policy[int], error) {
 			return eviction.NewRetention[int](c, costmodel.Recompute{Alpha: 2e-7, Beta: 3e-4, NonAttention: 1e-3})
 		}, true},
