@@ -92,7 +92,11 @@ func (c *Cache) acquire(req Request) (_ Plan, err error) {
 	if err != nil {
 		return Plan{}, err
 	}
-	nodes = c.leaveLast(&req, nodes)
+	var dropped *radix.Node[int32]
+	if kept := c.leaveLast(&req, nodes); len(kept) < len(nodes) {
+		dropped, nodes = nodes[len(kept)], kept
+	}
+	src, partial := c.partialSource(&req, len(nodes), c.scratch.partial, dropped)
 	s := &sequence{
 		keys:   keys,
 		extra:  slices.Clone(req.Extra),
@@ -114,7 +118,7 @@ func (c *Cache) acquire(req Request) (_ Plan, err error) {
 	if req.Sparse {
 		return c.acquireSparse(s, req.Tokens, nodes), nil
 	}
-	return c.acquireDense(s, req.Tokens, nodes)
+	return c.acquireDense(s, req.Tokens, nodes, src, partial)
 }
 
 func (c *Cache) acquireSparse(s *sequence, tokens []uint32, nodes []*radix.Node[int32]) Plan {
@@ -136,7 +140,10 @@ func (c *Cache) acquireSparse(s *sequence, tokens []uint32, nodes []*radix.Node[
 		BeingWrittenTokens: writing}
 }
 
-func (c *Cache) acquireDense(s *sequence, tokens []uint32, nodes []*radix.Node[int32]) (Plan, error) {
+// acquireDense takes the whole prompt of s, whose cached prefix is nodes.
+// When src is not -1, the first block past them is filled by copying
+// src, whose first partial tokens it agrees with (see partial.go).
+func (c *Cache) acquireDense(s *sequence, tokens []uint32, nodes []*radix.Node[int32], src int32, partial int) (Plan, error) {
 	B := c.geom.blockTokens
 	nb := c.geom.numBlocks(len(tokens))
 	matched := len(nodes)
@@ -166,9 +173,16 @@ func (c *Cache) acquireDense(s *sequence, tokens []uint32, nodes []*radix.Node[i
 	}
 	s.blocks = blocks
 	s.pinLo = c.wantLo(nil, false, 0)
-	c.queuePins(pinSpan{}, s.span(), 0, -1, -1)
+	cow := int32(-1)
+	if src >= 0 {
+		cow = blocks[matched]
+	}
+	c.queuePins(pinSpan{}, s.span(), 0, cow, src)
 	if err := c.execute(); err != nil {
 		return Plan{}, err
+	}
+	if cow >= 0 && slices.Contains(c.scratch.fresh, matched) {
+		partial = 0 // a unit of src had no bytes: computed whole
 	}
 	s.tokens = newTokenList(c.geom.blockTokens)
 	s.tokens.append(tokens...)
@@ -176,9 +190,12 @@ func (c *Cache) acquireDense(s *sequence, tokens []uint32, nodes []*radix.Node[i
 	plan := Plan{Seq: s.id, Tokens: len(tokens), BeingWrittenTokens: writing}
 	c.fillPlan(&plan, s)
 	compute, recomputed := c.computeRanges(s, len(tokens), matched)
-	compute = addRange(compute, matched*B, len(tokens))
+	// The blocks past the matched prefix are computed from the first
+	// token a partial copy does not give.
+	compute = addRange(cutRanges(compute, matched*B), matched*B+partial, len(tokens))
 	s.compute = compute
-	plan.Compute, plan.RecomputeTokens = compute, recomputed
+	plan.Compute, plan.RecomputeTokens, plan.PartialTokens = compute, recomputed, partial
+	c.st.partial += int64(partial)
 	plan.ReusedTokens = len(tokens)
 	for _, r := range compute {
 		plan.ReusedTokens -= r.Len()

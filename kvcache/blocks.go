@@ -71,10 +71,19 @@ func (c *Cache) wholePrefix(nodes []*radix.Node[int32]) int {
 // match returns req's keys and the nodes of its longest cached prefix
 // (whole blocks; Cache.mu held), or an error wrapping ErrInvalidRequest
 // for bad extra keys. The nodes are in a scratch buffer: valid until the
-// next match.
+// next match. With Config.PartialReuse, a dense req's match also leaves
+// in c.scratch.partial the cached block its first unmatched block agrees
+// with best.
 func (c *Cache) match(req *Request) (radix.Keys, []*radix.Node[int32], error) {
 	keys := radix.Keys{Namespace: req.Namespace, LoRA: req.LoRA}
-	nodes, err := c.tree.Match(c.scratch.nodes[:0], keys, req.Tokens, req.Extra)
+	var nodes []*radix.Node[int32]
+	var err error
+	c.scratch.partial = radix.Partial[int32]{}
+	if c.partialReuse && !req.Sparse {
+		nodes, c.scratch.partial, err = c.tree.MatchPartial(c.scratch.nodes[:0], keys, req.Tokens, req.Extra)
+	} else {
+		nodes, err = c.tree.Match(c.scratch.nodes[:0], keys, req.Tokens, req.Extra)
+	}
 	c.scratch.nodes = nodes[:0]
 	if err != nil {
 		return keys, nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)

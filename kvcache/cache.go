@@ -59,6 +59,8 @@ type Cache struct {
 	keyed  KeyedEngine // engine, when it is one
 	// blockKeys is Config.BlockKeys (see blockkeys.go).
 	blockKeys bool
+	// partialReuse is Config.PartialReuse (see partial.go).
+	partialReuse bool
 	xfer      transfers // transfers in flight (transfers.go)
 	wt        writeThrough
 	decider   Decider
@@ -110,7 +112,8 @@ func New(cfg Config) (*Cache, error) {
 		engine:  cfg.Engine,
 		decider: cfg.Decider,
 
-		blockKeys:  cfg.BlockKeys,
+		blockKeys:    cfg.BlockKeys,
+		partialReuse: cfg.PartialReuse,
 		sliceUnits: defaultSliceUnits,
 	}
 	c.idle.L = &c.mu

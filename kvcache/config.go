@@ -175,6 +175,26 @@ type Config struct {
 	// where a block's unselected units could otherwise be evicted on
 	// their own, and for a policy that weighs units by layer.
 	BlockKeys bool
+	// PartialReuse makes a dense Acquire reuse the leading tokens of a
+	// cached block that the prompt's first uncached block agrees with
+	// (TensorRT-LLM's partial reuse): the prompt's block gets a fresh
+	// private block filled by copying the cached one (copy on write, as
+	// Truncate and Fork do), and Plan.Compute starts after the tokens
+	// that agree (Plan.PartialTokens). With Request.ComputeLast, the
+	// block that holds the prompt's last token is reused this way up to
+	// the token before it. A block is reused only when it is whole (every
+	// unit holds bytes) and, with Config.Recompute, when loading its
+	// units that are not on the GPU (TierConfig.Link; a copy between GPU
+	// slots is taken as free) is strictly cheaper than recomputing the
+	// tokens that agree (their share of the block's recompute cost). The
+	// copy moves whole units: its slots' positions past the agreeing
+	// tokens hold the cached block's KV until the server writes its own,
+	// so with a TransferEngine the server waits for the copy
+	// (Plan.Loading, Readiness) before it computes, as for any load; a
+	// failed copy is in Readiness.Recompute, the block from its first
+	// token. Off by default: a prompt that agrees with a cached block on
+	// a few tokens then computes the block whole.
+	PartialReuse bool
 }
 
 // tierName returns the name of the i-th tier (from 0) of cfg.

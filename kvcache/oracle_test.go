@@ -50,8 +50,8 @@ type oracleConfig struct {
 	// recompute is Config.Recompute, and link the CPU tier's link.
 	recompute *costmodel.Recompute
 	link      costmodel.Link
-	// blockKeys is Config.BlockKeys.
-	blockKeys bool
+	// blockKeys is Config.BlockKeys, partial Config.PartialReuse.
+	blockKeys, partial bool
 	// sparse serves every request as a sparse sequence whose model has
 	// block-sparse attention in layers 0, 2 and 3 (see
 	// oracle_sparse_test.go).
@@ -91,6 +91,12 @@ func oracleConfigs() []oracleConfig {
 		// One policy key per block and pool (Config.BlockKeys).
 		{name: "paged-lru-blockkeys", kind: layout.PagedLayer, policy: lru, gpu: 40, cpu: 40, blockKeys: true},
 		{name: "all-layers-wtinylfu-blockkeys", kind: layout.AllLayers, policy: tinylfu, gpu: 40, cpu: 30, blockKeys: true},
+		// Partial-block reuse: a prompt's first uncached block copies the
+		// tokens a cached block agrees with (Config.PartialReuse), with
+		// copies that fail, and from sources that were dropped.
+		{name: "paged-lru-partial", kind: layout.PagedLayer, policy: lru, gpu: 40, cpu: 40, partial: true},
+		{name: "paged-windows-async-partial", kind: layout.PagedLayer, windows: win, policy: lru, gpu: 40, cpu: 30, async: true, failPct: 15, partial: true},
+		{name: "all-layers-fifo-nocpu-partial-blockkeys", kind: layout.AllLayers, policy: fifo, gpu: 30, partial: true, blockKeys: true},
 		{name: "paged-windows-s3fifo-blockkeys", kind: layout.PagedLayer, windows: win, policy: s3, gpu: 40, cpu: 30, blockKeys: true},
 		{name: "bsa-mla-cla-fifo-blockkeys", kind: layout.BSA, mla: 12, cla: 2, policy: fifo, gpu: 40, cpu: 30, blockKeys: true},
 		{name: "paged-async-layerwise-blockkeys", kind: layout.PagedLayer, policy: lru, gpu: 40, cpu: 40, async: true, layerWise: true, failPct: 15, blockKeys: true},
@@ -162,7 +168,7 @@ func newOracle(t testing.TB, cfg oracleConfig, seed uint64, mover func(*kvcache.
 	if err != nil {
 		t.Fatal(err)
 	}
-	kc := kvcache.Config{Layout: lay, Tiers: tiers, Recompute: cfg.recompute, BlockKeys: cfg.blockKeys}
+	kc := kvcache.Config{Layout: lay, Tiers: tiers, Recompute: cfg.recompute, BlockKeys: cfg.blockKeys, PartialReuse: cfg.partial}
 	closeFn := func() {}
 	if cfg.async {
 		var n atomic.Uint64
@@ -446,6 +452,11 @@ func (o *oracleCovered) add(cfg oracleConfig, s *oracleServer) {
 	}
 	o.onboards += st.Onboards
 	o.truncRecompute += c.truncRecompute.Load()
+	if cfg.partial {
+		o.paths["Acquire copying part of a cached block"] += st.PartialTokens
+	} else if st.PartialTokens != 0 {
+		panic(fmt.Sprintf("%s: %d partial tokens without PartialReuse", cfg.name, st.PartialTokens))
+	}
 	for name, v := range map[string]*atomic.Int64{
 		"Truncate rejecting nothing": &c.truncNone, "Truncate of drafts only": &c.truncDrafts,
 		"Truncate past the drafts": &c.truncPastDrafts, "Truncate into the prompt": &c.truncIntoPrompt,

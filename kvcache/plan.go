@@ -51,6 +51,12 @@ type Plan struct {
 	// ReusedTokens counts tokens of cached blocks that need no compute:
 	// every unit the sequence pins was on the GPU or copied to it.
 	ReusedTokens int
+	// PartialTokens counts, for an Acquire with Config.PartialReuse, the
+	// leading tokens of the prompt's first uncached block that a cached
+	// block agreed with and that were copied from it (Counts.Copied counts
+	// its units) instead of computed; they are in ReusedTokens, and
+	// Compute starts after them.
+	PartialTokens int
 	// RecomputeTokens counts the tokens of Compute that were cached once
 	// and must be recomputed because a unit was dropped.
 	RecomputeTokens int
@@ -75,8 +81,11 @@ type Plan struct {
 
 // scratch holds buffers reused across operations.
 type scratch struct {
-	nodes  []*radix.Node[int32]
-	lo     []int32
+	nodes []*radix.Node[int32]
+	// partial is what the last match found of a cached block that the
+	// first unmatched one agrees with, when Config.PartialReuse asked.
+	partial radix.Partial[int32]
+	lo      []int32
 	fresh  []int
 	blocks []int32
 	units  []UnitID

@@ -5,6 +5,7 @@ type counters struct {
 	offloads, onboards, copies uint64
 	bytesMoved                 int64
 	recomputed                 int64
+	partial                    int64
 	stored, removed            uint64
 	aborted                    uint64
 	pruned                     uint64
@@ -91,6 +92,10 @@ type Stats struct {
 	// block's tokens in one pass. A block recomputed for several layers
 	// counts once per layer's call.
 	RecomputedTokens int64
+	// PartialTokens counts the prompt tokens Acquire copied out of cached
+	// blocks that agreed with a block of the prompt on part of it
+	// (Config.PartialReuse, Plan.PartialTokens) instead of computing them.
+	PartialTokens int64
 	// Stored and Removed count blocks committed to and removed from the
 	// prefix tree; Blocks is how many it holds now, of which HollowBlocks
 	// hold no bytes and no live sequence uses; PrunedBlocks counts those
@@ -167,7 +172,7 @@ func (c *Cache) fillStats(s *Stats) {
 	tiers := s.Tiers[:0]
 	*s = Stats{
 		Offloads: c.st.offloads, Onboards: c.st.onboards, Copies: c.st.copies,
-		BytesMoved: c.st.bytesMoved, RecomputedTokens: c.st.recomputed,
+		BytesMoved: c.st.bytesMoved, RecomputedTokens: c.st.recomputed, PartialTokens: c.st.partial,
 		Stored: c.st.stored, Removed: c.st.removed, Blocks: c.tree.Len(),
 		Sequences: len(c.seqs), Aborted: c.st.aborted, Transfers: c.xfer.inFlight,
 		HollowBlocks: c.meta.count, PrunedBlocks: c.st.pruned, BlockRecords: c.units.live(), MetadataBytes: c.metadataBytes(),

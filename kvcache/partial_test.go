@@ -1,0 +1,176 @@
+package kvcache
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/kvtier/kvtier/costmodel"
+	"github.com/kvtier/kvtier/layout"
+	"github.com/stretchr/testify/require"
+)
+
+// fillBlock writes into every unit of block i of sequence id, on the GPU
+// of store, bytes made of mark and the unit's slice.
+func fillBlock(t *testing.T, c *Cache, store *MemoryStore, id SeqID, i int, mark byte) {
+	t.Helper()
+	for sl := range c.Layout().UnitsPerBlock() {
+		table, err := c.BlockTable(nil, id, sl)
+		require.NoError(t, err)
+		buf := store.Bytes(GPU, c.SlicePool(sl), table[i])
+		for j := range buf {
+			buf[j] = mark + byte(sl)
+		}
+	}
+}
+
+// blockBytes returns the bytes of every unit of block i of sequence id.
+func blockBytes(t *testing.T, c *Cache, store *MemoryStore, id SeqID, i int) [][]byte {
+	t.Helper()
+	var out [][]byte
+	for sl := range c.Layout().UnitsPerBlock() {
+		table, err := c.BlockTable(nil, id, sl)
+		require.NoError(t, err)
+		out = append(out, bytes.Clone(store.Bytes(GPU, c.SlicePool(sl), table[i])))
+	}
+	return out
+}
+
+// partialCache returns a cache with PartialReuse over a MemoryStore (4-token
+// blocks, two units per block) that holds the committed two-block prompt
+// 0..7, its second block's units filled with mark 0x40.
+func partialCache(t *testing.T, cfg Config) (*Cache, *MemoryStore) {
+	t.Helper()
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	if cfg.Tiers == nil {
+		cfg.Tiers = GPUAndCPU(Capacity{Units: 16}, Capacity{Units: 16})
+	}
+	store, err := NewMemoryStore(l, cfg.Tiers)
+	require.NoError(t, err)
+	cfg.Layout, cfg.Mover, cfg.PartialReuse = l, store, true
+	c, err := New(cfg)
+	require.NoError(t, err)
+	p, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
+	require.NoError(t, err)
+	fillBlock(t, c, store, p.Seq, 1, 0x40)
+	require.NoError(t, c.Commit(p.Seq, 8))
+	require.NoError(t, c.Release(p.Seq))
+	return c, store
+}
+
+// TestPartialReuseCopiesTheTokensThatAgree: a prompt whose second block
+// agrees with the cached one on 2 of its 4 tokens gets a private copy of
+// it and computes from its third token; the copy holds the cached bytes.
+// Without PartialReuse it computes the block whole.
+func TestPartialReuseCopiesTheTokensThatAgree(t *testing.T) {
+	c, store := partialCache(t, Config{})
+	want := func() [][]byte {
+		p, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
+		require.NoError(t, err)
+		defer func() { require.NoError(t, c.Release(p.Seq)) }()
+		return blockBytes(t, c, store, p.Seq, 1)
+	}()
+	prompt := append(seqTokens(6, 0), 100, 101)
+	p, err := c.Acquire(Request{Tokens: prompt})
+	require.NoError(t, err)
+	require.Equal(t, 2, p.PartialTokens)
+	require.Equal(t, []TokenRange{{6, 8}}, p.Compute)
+	require.Equal(t, 6, p.ReusedTokens)
+	require.Equal(t, c.Layout().UnitsPerBlock(), p.Copied)
+	require.Equal(t, want, blockBytes(t, c, store, p.Seq, 1), "the copy holds the cached block's bytes")
+	require.Equal(t, int64(2), c.Stats().PartialTokens)
+	// The copy is the sequence's own: writing it leaves the cached block
+	// as it was.
+	fillBlock(t, c, store, p.Seq, 1, 0x70)
+	require.NoError(t, c.Commit(p.Seq, 8))
+	require.NoError(t, c.Release(p.Seq))
+	require.NoError(t, c.checkInvariants())
+	q, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
+	require.NoError(t, err)
+	require.Empty(t, q.Compute)
+	require.Equal(t, want, blockBytes(t, c, store, q.Seq, 1))
+	require.NoError(t, c.Release(q.Seq))
+
+	off, _ := partialCache(t, Config{})
+	off.partialReuse = false
+	p, err = off.Acquire(Request{Tokens: prompt})
+	require.NoError(t, err)
+	require.Zero(t, p.PartialTokens)
+	require.Zero(t, p.Copied)
+	require.Equal(t, []TokenRange{{4, 8}}, p.Compute)
+}
+
+// TestPartialReuseWithComputeLast: a prompt cached whole, with
+// ComputeLast, copies the block of its last token up to the token before
+// it, and computes that token alone.
+func TestPartialReuseWithComputeLast(t *testing.T) {
+	c, _ := partialCache(t, Config{})
+	p, err := c.Acquire(Request{Tokens: seqTokens(8, 0), ComputeLast: true})
+	require.NoError(t, err)
+	require.Equal(t, 3, p.PartialTokens)
+	require.Equal(t, []TokenRange{{7, 8}}, p.Compute)
+	require.NoError(t, c.Release(p.Seq))
+	// A prompt ending inside the block that agrees takes every token of
+	// it that agrees, and its last one with ComputeLast.
+	p, err = c.Acquire(Request{Tokens: seqTokens(6, 0)})
+	require.NoError(t, err)
+	require.Equal(t, 2, p.PartialTokens)
+	require.Empty(t, p.Compute)
+	require.NoError(t, c.Release(p.Seq))
+	p, err = c.Acquire(Request{Tokens: seqTokens(6, 0), ComputeLast: true})
+	require.NoError(t, err)
+	require.Equal(t, 1, p.PartialTokens)
+	require.Equal(t, []TokenRange{{5, 6}}, p.Compute)
+	require.NoError(t, c.Release(p.Seq))
+	// A prompt of one token in the block reuses nothing.
+	p, err = c.Acquire(Request{Tokens: seqTokens(5, 0), ComputeLast: true})
+	require.NoError(t, err)
+	require.Zero(t, p.PartialTokens)
+	require.Equal(t, []TokenRange{{4, 5}}, p.Compute)
+	require.NoError(t, c.Release(p.Seq))
+	require.NoError(t, c.checkInvariants())
+}
+
+// TestPartialReuseNeedsAWholeBlockWorthCopying: a cached block that lost
+// its bytes, or whose load costs more than recomputing the tokens that
+// agree, is not copied.
+func TestPartialReuseNeedsAWholeBlockWorthCopying(t *testing.T) {
+	// Dropped: no CPU tier, and other prompts fill the GPU.
+	c, _ := partialCache(t, Config{Tiers: GPUAndCPU(Capacity{Units: 8}, Capacity{})})
+	for base := uint32(1000); base < 1016; base += 8 {
+		p, err := c.Acquire(Request{Tokens: seqTokens(8, base)})
+		require.NoError(t, err)
+		finish(t, c, p.Seq)
+	}
+	p, err := c.Acquire(Request{Tokens: append(seqTokens(6, 0), 100, 101)})
+	require.NoError(t, err)
+	require.Zero(t, p.PartialTokens)
+	require.Zero(t, p.Copied)
+	require.NoError(t, c.Release(p.Seq))
+
+	// On the CPU (every victim moved down), behind a link slower than
+	// recomputing two tokens; then back on the GPU, where the copy is
+	// free.
+	slow := GPUAndCPU(Capacity{Units: 8}, Capacity{Units: 16})
+	slow[1].Link = costmodel.Link{BytesPerSecond: 1}
+	c, _ = partialCache(t, Config{Tiers: slow, Recompute: &costmodel.Recompute{Beta: 1e-3},
+		Decider: func(Victim) bool { return true }})
+	for base := uint32(1000); base < 1016; base += 8 {
+		p, err := c.Acquire(Request{Tokens: seqTokens(8, base)})
+		require.NoError(t, err)
+		finish(t, c, p.Seq)
+	}
+	prompt := append(seqTokens(6, 0), 100, 101)
+	p, err = c.Acquire(Request{Tokens: prompt})
+	require.NoError(t, err)
+	require.Zero(t, p.PartialTokens, "a load of seconds against a recompute of milliseconds")
+	require.Equal(t, []TokenRange{{4, 8}}, p.Compute)
+	require.NoError(t, c.Release(p.Seq))
+	p, err = c.Acquire(Request{Tokens: seqTokens(8, 0)})
+	require.NoError(t, err)
+	require.NoError(t, c.Release(p.Seq))
+	p, err = c.Acquire(Request{Tokens: prompt})
+	require.NoError(t, err)
+	require.Equal(t, 2, p.PartialTokens, "on the GPU")
+	require.NoError(t, c.Release(p.Seq))
+	require.NoError(t, c.checkInvariants())
+}
