@@ -61,10 +61,10 @@ type Cache struct {
 	blockKeys bool
 	// partialReuse is Config.PartialReuse (see partial.go).
 	partialReuse bool
-	xfer      transfers // transfers in flight (transfers.go)
-	wt        writeThrough
-	decider   Decider
-	recompute *costmodel.Recompute
+	xfer         transfers // transfers in flight (transfers.go)
+	wt           writeThrough
+	decider      Decider
+	recompute    *costmodel.Recompute
 
 	nextSeq SeqID
 	// writing counts the private full blocks of live sequences by chain
@@ -114,7 +114,7 @@ func New(cfg Config) (*Cache, error) {
 
 		blockKeys:    cfg.BlockKeys,
 		partialReuse: cfg.PartialReuse,
-		sliceUnits: defaultSliceUnits,
+		sliceUnits:   defaultSliceUnits,
 	}
 	c.idle.L = &c.mu
 	if cfg.BlockKeys {

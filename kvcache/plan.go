@@ -86,13 +86,13 @@ type scratch struct {
 	// first unmatched one agrees with, when Config.PartialReuse asked.
 	partial radix.Partial[int32]
 	lo      []int32
-	fresh  []int
-	blocks []int32
-	units  []UnitID
-	lost   []Copy
-	hashes []uint64
-	pools  []bool
-	copies []int
+	fresh   []int
+	blocks  []int32
+	units   []UnitID
+	lost    []Copy
+	hashes  []uint64
+	pools   []bool
+	copies  []int
 	// hits is the set of block keys whose hits countLookups reported
 	// (block keys only; see arena.access).
 	hits map[UnitID]struct{}
