@@ -88,15 +88,10 @@ func (c *Cache) acquire(req Request) (_ Plan, err error) {
 	if c.poisoned != nil {
 		return Plan{}, c.poisoned
 	}
-	keys, nodes, err := c.match(&req)
+	keys, nodes, src, partial, err := c.matchPrompt(&req)
 	if err != nil {
 		return Plan{}, err
 	}
-	var dropped *radix.Node[int32]
-	if kept := c.leaveLast(&req, nodes); len(kept) < len(nodes) {
-		dropped, nodes = nodes[len(kept)], kept
-	}
-	src, partial := c.partialSource(&req, len(nodes), c.scratch.partial, dropped)
 	s := &sequence{
 		keys:   keys,
 		extra:  slices.Clone(req.Extra),

@@ -6,10 +6,13 @@ import "github.com/kvtier/kvtier/radix"
 // the GPU after reuse.
 type Admission struct {
 	// ReusedTokens is how many prompt tokens the cache holds (on any tier)
-	// in blocks that need no recompute.
+	// in blocks that need no recompute, and, with Config.PartialReuse, the
+	// tokens Acquire would copy from a block that agrees with part of one
+	// (Plan.PartialTokens).
 	ReusedTokens int
 	// NeedSlots is the number of GPU slots the request would take: units
-	// to onboard from lower tiers plus fresh units to compute. For a sparse
+	// to onboard from lower tiers plus fresh units to compute (or to fill
+	// by a partial copy). For a sparse
 	// request it is the slots of one block (its first Append) when
 	// tokens remain to prefill, else 0.
 	NeedSlots int
@@ -43,11 +46,10 @@ func (c *Cache) Admit(req Request) (Admission, error) {
 	if c.poisoned != nil {
 		return Admission{}, c.poisoned
 	}
-	keys, nodes, err := c.match(&req)
+	keys, nodes, _, partial, err := c.matchPrompt(&req)
 	if err != nil {
 		return Admission{}, err
 	}
-	nodes = c.leaveLast(&req, nodes)
 	need := make([]int, len(c.geom.pools))
 	pinning := make([]int, len(c.geom.pools))
 	var a Admission
@@ -55,6 +57,7 @@ func (c *Cache) Admit(req Request) (Admission, error) {
 		a = c.admitSparse(keys, nodes, req, need)
 	} else {
 		a = c.admitDense(keys, nodes, req, need, pinning)
+		a.ReusedTokens += partial
 	}
 	a.Fits = true
 	for p := range c.geom.pools {

@@ -15,6 +15,24 @@ import (
 // (recomputeBlock), and, with a TransferEngine, fails into
 // Readiness.Recompute like any copy.
 
+// matchPrompt matches req's prompt (see match) and leaves out the block
+// of its last token when Request.ComputeLast asks (see leaveLast): it
+// returns the prompt's keys, its cached prefix, and the block the first
+// block past the prefix copies its first partial tokens from (see
+// partialSource), or -1 and 0.
+func (c *Cache) matchPrompt(req *Request) (radix.Keys, []*radix.Node[int32], int32, int, error) {
+	keys, nodes, err := c.match(req)
+	if err != nil {
+		return keys, nil, -1, 0, err
+	}
+	var dropped *radix.Node[int32]
+	if kept := c.leaveLast(req, nodes); len(kept) < len(nodes) {
+		dropped, nodes = nodes[len(kept)], kept
+	}
+	src, partial := c.partialSource(req, len(nodes), c.scratch.partial, dropped)
+	return keys, nodes, src, partial, nil
+}
+
 // partialSource returns the cached block whose leading tokens the
 // prompt's block matched (the first block past nodes, the matched prefix)
 // reuses, and how many, or -1 and 0. part is what the match found
