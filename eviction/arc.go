@@ -80,8 +80,9 @@ type arcMeta struct {
 // in a slab indexed by int32 with a free list, so once the working set stops
 // growing nothing allocates. Per key: one index entry (a Go map's, or 4
 // bytes per possible key with a [DenseIndex]) plus a 32-byte node for
-// uint64 keys; ghost keys cost the same, and there are at most about as
-// many ghosts as the Capacity holds keys.
+// uint64 keys; ghost keys cost the same. The ghosts take about as much as
+// the Capacity, and up to twice it when most keys are pinned (pinned keys
+// count in no list).
 //
 // The zero ARC is not usable; create one with [NewARC] or
 // [NewARCWithIndex]. An ARC is not safe for concurrent use.
@@ -198,6 +199,8 @@ func (p *ARC[K]) Insert(k K, e Entry) error {
 		p.inB1, p.inB2 = false, false
 	}
 	p.ghostHit = false
+	var zero K
+	p.claim = zero // may hold a pointer
 	p.attach(i)
 	p.tracked++
 	return nil
@@ -336,7 +339,10 @@ func (p *ARC[K]) Evict() (K, bool) {
 		return zero, false
 	}
 	if !p.ghostHit {
-		if p.bytes[arcT1]+p.bytes[arcB1]+p.incoming > p.capacity {
+		// In uint64: the sums reach twice the capacity, which may pass
+		// math.MaxInt64.
+		c := uint64(p.capacity)
+		if uint64(p.bytes[arcT1])+uint64(p.bytes[arcB1])+uint64(p.incoming) > c {
 			if p.count[arcB1] == 0 && p.count[arcT1] > 0 {
 				// T1 alone fills the cache: its oldest key leaves
 				// without a ghost.
@@ -348,7 +354,7 @@ func (p *ARC[K]) Evict() (K, bool) {
 				return k, true
 			}
 			p.dropOldest(arcB1)
-		} else if p.bytes[arcT1]+p.bytes[arcB1]+p.bytes[arcT2]+p.bytes[arcB2] >= 2*p.capacity {
+		} else if uint64(p.bytes[arcT1])+uint64(p.bytes[arcB1])+uint64(p.bytes[arcT2])+uint64(p.bytes[arcB2]) >= 2*c {
 			p.dropOldest(arcB2)
 		}
 	}

@@ -2,12 +2,12 @@ package eviction
 
 import "fmt"
 
-// Index is where a slab-backed policy (LRU, FIFO, PrioritizedLRU, S3FIFO)
-// looks up the node it keeps for a key: a map from each key it holds
-// (tracked keys, and S3FIFO's ghost keys) to an int32 node number in its
-// slab. Every Access, Pin, Unpin and Remove is one lookup, every Insert a
-// lookup and a store, every eviction a delete, so at a million keys the
-// index's cache misses are most of a policy's cost.
+// Index is where a slab-backed policy (LRU, FIFO, PrioritizedLRU, S3FIFO,
+// ARC, WTinyLFU) looks up the node it keeps for a key: a map from each key
+// it holds (tracked keys, and S3FIFO's and ARC's ghost keys) to an int32
+// node number in its slab. Every Access, Pin, Unpin and Remove is one
+// lookup, every Insert a lookup and a store, every eviction a delete, so at
+// a million keys the index's cache misses are most of a policy's cost.
 //
 // By default a policy indexes its keys with a Go map, which takes any
 // comparable key. The constructors named ...WithIndex (such as
@@ -169,7 +169,7 @@ func NewDenseIndex[K DenseKey](maxKey K) (*DenseIndex[K], error) {
 func (x *DenseIndex[K]) MaxKey() K { return K(x.maxKey) }
 
 // Len returns the number of keys the index holds: the policy's tracked
-// keys, and for S3FIFO its ghost keys too.
+// keys, and for S3FIFO and ARC their ghost keys too.
 func (x *DenseIndex[K]) Len() int { return x.n }
 
 func (x *DenseIndex[K]) lookup(k K) (int32, bool) {

@@ -71,6 +71,12 @@ func indexedPolicies() []indexedPolicy {
 		{"S3FIFO", func(_ eviction.Clock, capacity int64, idx eviction.Index[int]) (eviction.Policy[int], error) {
 			return eviction.NewS3FIFOWithIndex(eviction.S3FIFOConfig{Capacity: capacity}, idx)
 		}},
+		{"ARC", func(_ eviction.Clock, capacity int64, idx eviction.Index[int]) (eviction.Policy[int], error) {
+			return eviction.NewARCWithIndex(eviction.ARCConfig{Capacity: capacity}, idx)
+		}},
+		{"WTinyLFU", func(_ eviction.Clock, capacity int64, idx eviction.Index[int]) (eviction.Policy[int], error) {
+			return eviction.NewWTinyLFUWithIndex(eviction.WTinyLFUConfig{Capacity: capacity}, idx)
+		}},
 	}
 }
 

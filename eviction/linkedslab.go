@@ -6,8 +6,8 @@ import (
 )
 
 // ErrTooManyKeys reports an Insert into a slab-backed policy (LRU, FIFO,
-// PrioritizedLRU, S3FIFO) that already holds the most keys its int32 node
-// indices can address (about two billion).
+// PrioritizedLRU, S3FIFO, ARC, WTinyLFU) that already holds the most keys
+// its int32 node indices can address (about two billion).
 var ErrTooManyKeys = errors.New("eviction: too many tracked keys")
 
 // noLink marks a node that is on no list: its prev is noLink.

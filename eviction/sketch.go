@@ -60,7 +60,7 @@ type sketchWrite struct {
 
 // newSketch returns a sketch sized for about keys distinct keys in the
 // cache: a word of counters per key (rounded up to a power of two, at
-// least 16) and 8 doorkeeper bits per key; it ages every 10 × keys
+// least 16) and 8 doorkeeper bits per key; it ages first after 10 × keys
 // sightings, as Caffeine does.
 func newSketch(keys int) sketch {
 	n := 1 << bits.Len(uint(max(keys, 16)-1))

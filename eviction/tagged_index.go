@@ -56,7 +56,7 @@ func NewTaggedIndex[K DenseKey](lowBits int) (*TaggedIndex[K], error) {
 }
 
 // Len returns the number of keys the index holds: the policy's tracked
-// keys, and for S3FIFO its ghost keys too.
+// keys, and for S3FIFO and ARC their ghost keys too.
 func (x *TaggedIndex[K]) Len() int { return x.n }
 
 // Overflow returns how many keys the index holds in its overflow map

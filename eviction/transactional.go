@@ -455,6 +455,8 @@ func (p *ARC[K]) Rollback() {
 	t := &p.tx
 	p.bytes, p.count, p.tracked, p.p = t.bytes, t.count, t.tracked, t.p
 	p.ghostHit, p.inB1, p.inB2, p.claim, p.incoming = t.ghostHit, t.inB1, t.inB2, t.claim, t.incoming
+	var zero K
+	t.claim = zero // may hold a pointer
 }
 
 // Begin starts recording (see [Transactional]).

@@ -75,6 +75,28 @@ func txCases() []txCase {
 			require.NoError(t, err)
 			return p
 		}},
+		{"ARC", func(t *testing.T, _ Clock) txPolicy {
+			p, err := NewARC[int](ARCConfig{Capacity: 40})
+			require.NoError(t, err)
+			return p
+		}},
+		{"ARC-dense", func(t *testing.T, _ Clock) txPolicy {
+			p, err := NewARCWithIndex[int](ARCConfig{Capacity: 40}, dense(t))
+			require.NoError(t, err)
+			return p
+		}},
+		// A sketch of 16 keys ages every 160 sightings, then every 80:
+		// bursts of calls age it within the transaction.
+		{"WTinyLFU", func(t *testing.T, _ Clock) txPolicy {
+			p, err := NewWTinyLFU[int](WTinyLFUConfig{Capacity: 40, Keys: 16, WindowRatio: 0.1})
+			require.NoError(t, err)
+			return p
+		}},
+		{"WTinyLFU-dense", func(t *testing.T, _ Clock) txPolicy {
+			p, err := NewWTinyLFUWithIndex[int](WTinyLFUConfig{Capacity: 40, Keys: 16, WindowRatio: 0.1}, dense(t))
+			require.NoError(t, err)
+			return p
+		}},
 	}
 }
 
@@ -141,6 +163,12 @@ func stateOf(t *testing.T, p txPolicy) any {
 	case *S3FIFO[int]:
 		return []any{slabStateOf(&p.slab, &p.keys), p.bytes, p.count, p.tracked, p.hasEvicted, p.claimed,
 			p.absent, p.absentValid}
+	case *ARC[int]:
+		return []any{slabStateOf(&p.slab, &p.keys), p.bytes, p.count, p.tracked, p.p, p.ghostHit, p.inB1, p.inB2,
+			p.claim, p.incoming}
+	case *WTinyLFU[int]:
+		return []any{slabStateOf(&p.slab, &p.keys), p.bytes, p.count, p.tracked, cloneSlice(p.freq.table),
+			cloneSlice(p.freq.door), p.freq.additions}
 	case *Retention[int]:
 		leaves := cloneSlice(p.tree.nodes[p.tree.size : p.tree.size+len(p.groups)])
 		return []any{cloneSlice(p.keys), p.free, cloneSlice(p.groups), cloneSlice(p.freeGroups),
@@ -158,7 +186,8 @@ type txCall struct {
 
 // randomTxCall returns a random call over the keys 0 to 63: Insert (of
 // entries with various sizes, priorities, durations and costs), Access,
-// Pin, Unpin, Remove, Evict, a clock advance, and S3FIFO's Admit.
+// Pin, Unpin, Remove, Evict, a clock advance, and S3FIFO's and ARC's
+// Admit.
 func randomTxCall(rng *rand.Rand) txCall {
 	k := rng.IntN(64)
 	switch rng.IntN(10) {
@@ -186,8 +215,11 @@ func randomTxCall(rng *rand.Rand) txCall {
 	}
 	size := 1 + rng.Int64N(6)
 	return txCall{fmt.Sprintf("Admit(%d, %d)", k, size), func(p txPolicy, _ *ManualClock) {
-		if s3, ok := p.(*S3FIFO[int]); ok {
-			s3.Admit(k, size)
+		switch p := p.(type) {
+		case *S3FIFO[int]:
+			p.Admit(k, size)
+		case *ARC[int]:
+			p.Admit(k, size)
 		}
 	}}
 }

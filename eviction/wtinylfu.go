@@ -14,10 +14,11 @@ type WTinyLFUConfig struct {
 	Capacity int64
 	// Keys is about how many keys the cache holds when full; it sizes the
 	// frequency sketch (8 bytes and 8 doorkeeper bits per key, rounded up
-	// to a power of two) and its sample (10 × Keys increments between
-	// agings). Zero means Capacity, which is right when every size is 1;
-	// with sizes in bytes, give the capacity over the typical size. It must
-	// be in [0, 2^30].
+	// to a power of two, at least 16) and its sample (the first aging
+	// after 10 × Keys sightings, the next ones every 5 × Keys). Zero
+	// means Capacity, at most 2^20 (a sketch of 9 MiB), which is right
+	// when every size is 1; with sizes in bytes, give the capacity over
+	// the typical size. It must be in [0, 2^30].
 	Keys int
 	// WindowRatio is the share of Capacity given to the window, the LRU
 	// that every new key enters. Zero means 0.01 (Caffeine's initial
@@ -36,8 +37,12 @@ const (
 )
 
 // maxSketchKeys bounds WTinyLFUConfig.Keys: a sketch of 2^30 keys takes
-// 9 GiB.
-const maxSketchKeys = 1 << 30
+// 9 GiB. defaultSketchKeys bounds the Keys that Capacity gives: a
+// capacity in bytes would otherwise ask for gigabytes.
+const (
+	maxSketchKeys     = 1 << 30
+	defaultSketchKeys = 1 << 20
+)
 
 func (c WTinyLFUConfig) withDefaults() (WTinyLFUConfig, error) {
 	if c.WindowRatio == 0 {
@@ -57,7 +62,7 @@ func (c WTinyLFUConfig) withDefaults() (WTinyLFUConfig, error) {
 		return c, fmt.Errorf("%w: W-TinyLFU ProtectedRatio %v is outside (0, 1)", ErrInvalidConfig, c.ProtectedRatio)
 	}
 	if c.Keys == 0 {
-		c.Keys = int(min(c.Capacity, maxSketchKeys))
+		c.Keys = int(min(c.Capacity, defaultSketchKeys))
 	}
 	return c, nil
 }
@@ -112,7 +117,8 @@ type wtlMeta struct {
 // The frequencies come from a count-min sketch of 4-bit counters with a
 // doorkeeper, aged by halving every counter after 10 × Keys sightings
 // that changed it (a sighting of a key whose counters are all at 15 is
-// not counted), as in Caffeine; Insert and Access each count a sighting.
+// not counted), then every 5 × Keys (the count halves with the counters),
+// as in Caffeine; Insert and Access each count a sighting.
 // Caffeine also admits, at random, a candidate that loses with a frequency
 // above 5 (a defense against hash flooding); this policy admits only by
 // frequency, so that it stays deterministic. Keys must be integers or
@@ -130,9 +136,12 @@ type wtlMeta struct {
 // Cost: every call does one index operation and O(1) list work; Insert and
 // Access also update the sketch (four counters and three doorkeeper bits),
 // Evict reads two keys' estimates. Evict is O(1) amortized: a key moves
-// from the window to probation once per insertion. The
-// sketch is allocated once, at [NewWTinyLFU]; nodes live in a slab with a
-// free list, so once the working set stops growing nothing allocates.
+// from the window to probation once per insertion. The sketch is
+// allocated at [NewWTinyLFU]; the first aging inside a transaction
+// ([Transactional]; a kvcache tier with a Mover runs one per operation)
+// copies it to undo it, a copy kept for the next ones, so the sketch's
+// memory then doubles. Nodes live in a slab with a free list, so once the
+// working set stops growing nothing allocates.
 //
 // The zero WTinyLFU is not usable; create one with [NewWTinyLFU] or
 // [NewWTinyLFUWithIndex]. A WTinyLFU is not safe for concurrent use.

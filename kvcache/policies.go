@@ -50,8 +50,9 @@ func (info PoolInfo) NewIndex() (eviction.Index[UnitID], error) {
 
 // PolicyFactory builds the eviction policy of one arena: one tier in one
 // layout pool. The cache calls it once per arena in New. LRUPolicy,
-// FIFOPolicy, PrioritizedLRUPolicy, S3FIFOPolicy and RetentionPolicy return
-// factories of package eviction's policies.
+// FIFOPolicy, PrioritizedLRUPolicy, S3FIFOPolicy, ARCPolicy,
+// WTinyLFUPolicy and RetentionPolicy return factories of package
+// eviction's policies.
 //
 // A factory rather than a policy value because the cache needs several
 // independent policies (one per tier and pool: a policy orders the keys of
