@@ -67,10 +67,6 @@ type longAcquire struct {
 	fresh      []int
 	recomputed int
 	loading    int
-	// partial is the tokens of block matched copied from a cached block
-	// that agrees with them (Config.PartialReuse), once its step placed
-	// it.
-	partial int
 }
 
 // acquireLong is Acquire of a dense request whose units exceed a step (see
@@ -378,24 +374,13 @@ func (op *longAcquire) place(c *Cache) func() error {
 				b := c.newBlock(i, s.chunks(op.nb), prio, dur)
 				c.ref(b, false)
 				s.blocks = append(s.blocks, b)
-				src := int32(-1)
-				if i == op.matched && !op.prefetch {
-					src, op.partial = op.partialSource(c)
-				}
 				for sl := range g.slices {
-					if src >= 0 {
-						c.tx.addCopyNeed(&c.units, c.units.id(b, sl), c.units.id(src, sl))
-					} else {
-						c.tx.addNeed(&c.units, c.units.id(b, sl))
-					}
+					c.tx.addNeed(&c.units, c.units.id(b, sl))
 				}
 			}
 			if needs := c.tx.needs[start:]; freshIn(needs) {
 				fresh = append(fresh, i)
 				recomputeBlock(needs)
-				if i == op.matched {
-					op.partial = 0 // a unit of the source had no bytes
-				}
 			}
 			// What costs is a placement; a block the claims covered
 			// whole costs a look at each unit.
@@ -403,7 +388,6 @@ func (op *longAcquire) place(c *Cache) func() error {
 		}
 		c.scratch.fresh = fresh
 		if err := c.execute(); err != nil {
-			op.partial = 0
 			// The step's blocks were never s's: the rollback freed the
 			// new records and the copies' references.
 			s.blocks = s.blocks[:min(len(s.blocks), max(first, op.matched))]
@@ -428,35 +412,6 @@ func (op *longAcquire) place(c *Cache) func() error {
 		op.record(c)
 		return nil
 	}
-}
-
-// partialSource returns, with Config.PartialReuse, the cached block that
-// block matched, about to be placed, copies its first tokens from, and
-// how many (see Cache.partialSource), or -1 and 0. The prompt is matched
-// again up to that block, under the step's hold: a block the match found
-// in an earlier step may be gone since, and one found now is pinned by the
-// step's copy. A prefix that changed since the first match (the block was
-// committed meanwhile, say) reuses nothing.
-func (op *longAcquire) partialSource(c *Cache) (int32, int) {
-	if !c.partialReuse {
-		return -1, 0
-	}
-	req := &op.req
-	end := min(len(req.Tokens), (op.matched+1)*c.geom.blockTokens)
-	nodes, part, err := c.tree.MatchPartial(c.scratch.nodes[:0], op.s.keys, req.Tokens[:end], req.Extra)
-	c.scratch.nodes = nodes[:0]
-	if err != nil || len(nodes) < op.matched || (op.matched > 0 && nodes[op.matched-1] != op.nodes[op.matched-1]) {
-		return -1, 0
-	}
-	var dropped *radix.Node[int32]
-	switch {
-	case len(nodes) == op.matched:
-	case req.ComputeLast && end == len(req.Tokens):
-		dropped = nodes[op.matched] // the last token's block, left to compute
-	default:
-		return -1, 0
-	}
-	return c.partialSource(req, op.matched, part, dropped)
 }
 
 // unclaim ends the claims left on the units of matched blocks [from, to)
@@ -578,15 +533,11 @@ func (op *longAcquire) finish(c *Cache) Plan {
 	}
 	compute := s.compute[:0]
 	for _, i := range op.fresh {
-		if i >= op.matched {
-			break // computed from the first token a partial copy does not give
-		}
 		compute = addRange(compute, i*B, min((i+1)*B, n))
 	}
-	compute = addRange(compute, op.matched*B+op.partial, n)
+	compute = addRange(compute, op.matched*B, n)
 	s.compute = compute
-	plan.Compute, plan.RecomputeTokens, plan.PartialTokens = compute, op.recomputed, op.partial
-	c.st.partial += int64(op.partial)
+	plan.Compute, plan.RecomputeTokens = compute, op.recomputed
 	plan.ReusedTokens = n
 	for _, r := range compute {
 		plan.ReusedTokens -= r.Len()

@@ -46,7 +46,7 @@ func (c *Cache) Admit(req Request) (Admission, error) {
 	if c.poisoned != nil {
 		return Admission{}, c.poisoned
 	}
-	keys, nodes, _, partial, err := c.matchPrompt(&req)
+	keys, nodes, src, partial, err := c.matchPrompt(&req)
 	if err != nil {
 		return Admission{}, err
 	}
@@ -56,7 +56,7 @@ func (c *Cache) Admit(req Request) (Admission, error) {
 	if req.Sparse {
 		a = c.admitSparse(keys, nodes, req, need)
 	} else {
-		a = c.admitDense(keys, nodes, req, need, pinning)
+		a = c.admitDense(keys, nodes, src, req, need, pinning)
 		a.ReusedTokens += partial
 	}
 	a.Fits = true
@@ -95,9 +95,9 @@ func (c *Cache) admitSparse(keys radix.Keys, nodes []*radix.Node[int32], req Req
 // it pins every unit of every prompt block, so it needs a slot for every
 // unit not on the GPU (onboarded or fresh; a block with a dropped unit is
 // recomputed into a private copy whose units all need slots), and it makes
-// the unpinned GPU units it hits unevictable (added to need and pinning,
-// per pool).
-func (c *Cache) admitDense(keys radix.Keys, nodes []*radix.Node[int32], req Request, need, pinning []int) Admission {
+// the unpinned GPU units it hits, and those of src, a partial copy's
+// source when not -1, unevictable (added to need and pinning, per pool).
+func (c *Cache) admitDense(keys radix.Keys, nodes []*radix.Node[int32], src int32, req Request, need, pinning []int) Admission {
 	g := c.geom
 	B := g.blockTokens
 	nb := g.numBlocks(len(req.Tokens))
@@ -111,36 +111,52 @@ func (c *Cache) admitDense(keys radix.Keys, nodes []*radix.Node[int32], req Requ
 			compute += min((i+1)*B, len(req.Tokens)) - i*B
 			continue
 		}
-		clear(counted)
+		c.admitPins(n.Value, pinning, counted)
 		states := c.units.statesOf(n.Value)
 		for sl := range g.slices {
-			p := g.slicePool[sl]
-			switch st := &states[sl]; st.tier {
-			case GPU:
-				a := c.tiers.arena(GPU, int(p))
-				switch {
-				case a.grouped():
-					// Under block keys the block's first pin takes all
-					// its units out of eviction: counted once, if the
-					// block is evictable now.
-					if !counted[p] {
-						counted[p] = true
-						if gc := a.group(n.Value); gc.pinned == 0 {
-							pinning[p] += int(gc.tracked)
-						}
-					}
-				case st.pins == 0 && !gpuHeld(st):
-					// Evictable now (not held by a transfer either).
-					pinning[p]++
-				}
-			default:
-				need[p]++ // on a lower tier: onboarded
+			if states[sl].tier != GPU {
+				need[g.slicePool[sl]]++ // on a lower tier: onboarded
 			}
 		}
+	}
+	if src >= 0 {
+		// A partial copy pins its source's GPU units while it runs.
+		c.admitPins(src, pinning, counted)
 	}
 	for p := range g.pools {
 		need[p] += (nb - len(nodes)) * g.pools[p].unitsPerBlock
 	}
 	return Admission{ReusedTokens: len(nodes)*B - compute,
 		BeingWrittenTokens: c.beingWritten(c.matchState(keys, nodes), req.Tokens, req.Extra, len(nodes))}
+}
+
+// admitPins adds to pinning, per pool, the GPU units of block b that are
+// evictable now and that pinning b takes out of eviction; counted is
+// scratch of one bool per pool.
+func (c *Cache) admitPins(b int32, pinning []int, counted []bool) {
+	g := c.geom
+	clear(counted)
+	states := c.units.statesOf(b)
+	for sl := range g.slices {
+		st := &states[sl]
+		if st.tier != GPU {
+			continue
+		}
+		p := g.slicePool[sl]
+		switch a := c.tiers.arena(GPU, int(p)); {
+		case a.grouped():
+			// Under block keys the block's first pin takes all its units
+			// out of eviction: counted once, if the block is evictable
+			// now.
+			if !counted[p] {
+				counted[p] = true
+				if gc := a.group(b); gc.pinned == 0 {
+					pinning[p] += int(gc.tracked)
+				}
+			}
+		case st.pins == 0 && !gpuHeld(st):
+			// Evictable now (not held by a transfer either).
+			pinning[p]++
+		}
+	}
 }

@@ -192,7 +192,9 @@ type Config struct {
 	// so with a TransferEngine the server waits for the copy
 	// (Plan.Loading, Readiness) before it computes, as for any load; a
 	// failed copy is in Readiness.Recompute, the block from its first
-	// token. Off by default: a prompt that agrees with a cached block on
+	// token. An Acquire that runs in steps (a prompt of more units than a
+	// step's; see Long operations in the package doc) reuses no part of a
+	// block. Off by default: a prompt that agrees with a cached block on
 	// a few tokens then computes the block whole.
 	PartialReuse bool
 }

@@ -143,8 +143,9 @@ type modelConfig struct {
 	// sliced gives the cache steps of 1 to 6 units (see slices.go), so
 	// that most Acquires and Releases run as long operations.
 	sliced bool
-	// blockKeys is Config.BlockKeys.
-	blockKeys bool
+	// blockKeys is Config.BlockKeys; partial Config.PartialReuse (with no
+	// recompute: predictAcquire predicts a partial copy without a cost).
+	blockKeys, partial bool
 }
 
 func constFactory(f PolicyFactory) func() PolicyFactory { return func() PolicyFactory { return f } }
@@ -169,6 +170,9 @@ func modelConfigs() []modelConfig {
 		{name: "paged-3tier", kind: layout.PagedLayer, gpu: Capacity{Units: 30}, cpu: Capacity{Units: 10}, third: Capacity{Units: 16}},
 		{name: "paged-3tier-arc", kind: layout.PagedLayer, windows: []int{0, 6}, gpu: Capacity{Units: 30}, cpu: Capacity{Units: 10},
 			third: Capacity{Units: 16}, policy: constFactory(ARCPolicy(eviction.ARCConfig{}))},
+		// Partial-block reuse, dense and with windows.
+		{name: "paged-partial", kind: layout.PagedLayer, gpu: Capacity{Units: 30}, cpu: Capacity{Units: 20}, partial: true},
+		{name: "bsa-windows-partial", kind: layout.BSA, windows: []int{0, 8}, gpu: Capacity{Units: 60}, cpu: Capacity{Units: 24}, partial: true},
 		{name: "bsa-wtinylfu", kind: layout.BSA, windows: []int{0, 8}, gpu: Capacity{Units: 60}, cpu: Capacity{Units: 24},
 			policy: constFactory(WTinyLFUPolicy(eviction.WTinyLFUConfig{WindowRatio: 0.1}))},
 		{name: "bsa-3tier-cost", kind: layout.BSA, windows: []int{0, 8}, gpu: Capacity{Units: 60}, cpu: Capacity{Units: 16},
@@ -294,7 +298,7 @@ func newHarness(t testing.TB, mc modelConfig, choose func(int) int) *harness {
 		ref: map[SeqID]*refSeq{}, counts: map[string]int{}, clock: &eviction.ManualClock{},
 		routed: map[uint64][]Tier{}, media: map[uint64]Tier{}}
 	cfg := Config{Layout: l, Tiers: mc.tiers(), Mover: h.mover, Recompute: mc.recompute, Decider: mc.decider,
-		Clock: h.clock, MaxBlocks: mc.maxBlocks, BlockKeys: mc.blockKeys, Events: func(e Event) {
+		Clock: h.clock, MaxBlocks: mc.maxBlocks, BlockKeys: mc.blockKeys, PartialReuse: mc.partial, Events: func(e Event) {
 			h.events = append(h.events, e)
 			h.route(e)
 			// A sink with a bug, now and then, after it recorded the
@@ -447,19 +451,27 @@ func (h *harness) record(p Plan, lookups bool) {
 	}
 	if lookups {
 		// An Acquire's copies to the GPU are its onboards, from the tier
-		// each names.
+		// each names, then the copies of a partial copy's block (the
+		// block past the cached prefix, placed last), a miss everywhere.
 		tiers := h.c.Tiers()
 		for range p.Hits {
 			l.lookup(GPU, tiers)
 		}
-		onboards := 0
+		var toGPU []Copy
 		for _, cp := range p.Executed {
 			if cp.To == GPU {
-				l.lookup(cp.From, tiers)
-				onboards++
+				toGPU = append(toGPU, cp)
 			}
 		}
-		require.Equal(h.t, p.Onboarded, onboards, "step %d: onboards and their copies", h.steps)
+		require.GreaterOrEqual(h.t, len(toGPU), p.Copied, "step %d: copies", h.steps)
+		onboards := toGPU[:len(toGPU)-p.Copied]
+		for _, cp := range onboards {
+			l.lookup(cp.From, tiers)
+		}
+		require.Equal(h.t, p.Onboarded, len(onboards), "step %d: onboards and their copies", h.steps)
+		for range p.Copied {
+			l.lookup(Dropped, tiers)
+		}
 		for range p.Computed {
 			l.lookup(Dropped, tiers)
 		}
@@ -573,6 +585,8 @@ func (h *harness) checkLedger() {
 // expectedAcquire is what a dense Acquire must report in its Plan.
 type expectedAcquire struct {
 	hits, onboards, fresh, recompute int
+	// copied and partial are the units and tokens of a partial copy.
+	copied, partial int
 }
 
 // predictAcquire predicts the plan of a dense Acquire of req from the state
@@ -618,6 +632,42 @@ func (h *harness) predictAcquire(req Request) (expectedAcquire, int) {
 		}
 	}
 	e.fresh += (c.geom.numBlocks(len(req.Tokens)) - len(nodes)) * c.geom.slices
+	if nb := c.geom.numBlocks(len(req.Tokens)); c.partialReuse && len(nodes) < nb && !c.isLong(nb*c.geom.slices) {
+		// The cached block past the prefix that agrees with the most of
+		// the prompt's next block's first tokens (the first one so found,
+		// in insertion order), copied if its every unit holds bytes; not
+		// by an Acquire in steps.
+		next := req.Tokens[len(nodes)*B : min(len(req.Tokens), (len(nodes)+1)*B)]
+		children := c.tree.Roots()
+		if len(nodes) > 0 {
+			children = nodes[len(nodes)-1].Children()
+		}
+		var best *radix.Node[int32]
+		agree := 0
+		for n := range children {
+			if len(nodes) == 0 && n.Keys() != (radix.Keys{Namespace: req.Namespace, LoRA: req.LoRA}) {
+				continue
+			}
+			k := 0
+			for k < len(next) && n.Tokens()[k] == next[k] {
+				k++
+			}
+			if k > agree {
+				best, agree = n, k
+			}
+		}
+		whole := best != nil
+		for sl := range c.geom.slices {
+			if whole {
+				st := c.units.of(c.units.id(best.Value, sl))
+				whole = st.tier != Dropped && st.flags&unitUnwritten == 0
+			}
+		}
+		if whole {
+			e.fresh -= c.geom.slices
+			e.copied, e.partial = c.geom.slices, agree
+		}
+	}
 	return e, released
 }
 
@@ -676,7 +726,9 @@ func (h *harness) checkCopiesUseful(id SeqID, p Plan) {
 				}
 				found = true
 				for _, r := range p.Compute {
-					require.False(h.t, r.Start < min((i+1)*B, n) && r.End > i*B,
+					// A block computed from its first token; a partial
+					// copy's block is computed after the tokens copied.
+					require.False(h.t, r.Start <= i*B && r.End > i*B,
 						"step %d: copy %+v fills block %d slice %d, which is recomputed (%v)", h.steps, cp, i, sl, p.Compute)
 				}
 			}
@@ -1456,13 +1508,13 @@ func (h *harness) step() {
 		p, err := c.Acquire(req)
 		if !failing && !sparse && !errors.Is(err, ErrPolicy) {
 			// Admission control predicts a dense Acquire exactly.
-			require.Equal(h.t, adm.Fits, err == nil, "step %d: admit %+v, acquire error %v", h.steps, adm, err)
+			require.Equal(h.t, adm.Fits, err == nil, "step %d: admit %+v, acquire error %v, plan %+v, want %+v, long %v", h.steps, adm, err, p, want, long)
 		}
 		if !okErr(err) {
 			return
 		}
 		if !sparse {
-			require.Equal(h.t, adm.NeedSlots, p.Onboarded+p.Computed, "step %d: %+v, want %+v, long %v", h.steps, p.Counts, want, long)
+			require.Equal(h.t, adm.NeedSlots, p.Onboarded+p.Computed+p.Copied, "step %d: %+v, want %+v, long %v", h.steps, p.Counts, want, long)
 			require.Equal(h.t, adm.ReusedTokens, p.ReusedTokens)
 		}
 		q := &refSeq{keys: keys, sparse: sparse}
@@ -1477,8 +1529,11 @@ func (h *harness) step() {
 			q.tokens = prompt
 			require.Equal(h.t, len(prompt), p.Tokens)
 			require.GreaterOrEqual(h.t, p.ReusedTokens, mustReuse, "step %d: early reuse", h.steps)
-			require.Equal(h.t, want, expectedAcquire{hits: p.Hits, onboards: p.Onboarded, fresh: p.Computed, recompute: p.RecomputeTokens},
-				"step %d: plan of a dense Acquire", h.steps)
+			require.Equal(h.t, want, expectedAcquire{hits: p.Hits, onboards: p.Onboarded, fresh: p.Computed, recompute: p.RecomputeTokens,
+				copied: p.Copied, partial: p.PartialTokens}, "step %d: plan of a dense Acquire", h.steps)
+			if p.PartialTokens > 0 {
+				h.counts["partial copy"]++
+			}
 			h.record(p, true)
 			h.counts["acquire"]++
 			if p.Onboarded > 0 {
@@ -1990,7 +2045,7 @@ func TestModelRandomized(t *testing.T) {
 		// is only as good as the cases it met.
 		requireMet(t, total, "victim of a partly dropped block dropped", "pruned", "mover panicked", "abort", "prefetch",
 			"backups written", "adopted", "move down below the CPU", "load from below the CPU", "commit",
-			"prompt being written by another", "truncate recompute", "recompute of a block with CPU copies")
+			"prompt being written by another", "truncate recompute", "recompute of a block with CPU copies", "partial copy")
 	})
 }
 

@@ -176,35 +176,22 @@ func TestPartialReuseNeedsAWholeBlockWorthCopying(t *testing.T) {
 }
 
 // TestPartialReuseInSteps: an Acquire that runs in steps (see slices.go)
-// reuses part of a block as the one-step Acquire does, ComputeLast
-// included, and its copy holds the cached bytes.
+// reuses no part of a block, and Admit says so.
 func TestPartialReuseInSteps(t *testing.T) {
-	c, store := partialCache(t, Config{})
-	want := func() [][]byte {
-		p, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
-		require.NoError(t, err)
-		defer func() { require.NoError(t, c.Release(p.Seq)) }()
-		return blockBytes(t, c, store, p.Seq, 1)
-	}()
+	c, _ := partialCache(t, Config{})
 	c.sliceUnits = 2 // a block a step
-	for _, tc := range []struct {
-		prompt      []uint32
-		computeLast bool
-		partial     int
-		compute     []TokenRange
-	}{
-		{append(seqTokens(6, 0), 100, 101, 102, 103), false, 2, []TokenRange{{6, 10}}},
-		{seqTokens(8, 0), true, 3, []TokenRange{{7, 8}}},
-		{append(seqTokens(4, 0), 200, 201, 202, 203), false, 0, []TokenRange{{4, 8}}},
-	} {
-		p, err := c.Acquire(Request{Tokens: tc.prompt, ComputeLast: tc.computeLast})
-		require.NoError(t, err)
-		require.Equal(t, tc.partial, p.PartialTokens, "%v", tc.prompt)
-		require.Equal(t, tc.compute, p.Compute, "%v", tc.prompt)
-		if tc.partial > 0 {
-			require.Equal(t, want, blockBytes(t, c, store, p.Seq, 1))
-		}
-		require.NoError(t, c.Release(p.Seq))
-		require.NoError(t, c.checkInvariants())
-	}
+	prompt := append(seqTokens(6, 0), 100, 101, 102, 103)
+	adm, err := c.Admit(Request{Tokens: prompt})
+	require.NoError(t, err)
+	require.Equal(t, 4, adm.ReusedTokens)
+	p, err := c.Acquire(Request{Tokens: prompt})
+	require.NoError(t, err)
+	require.Zero(t, p.PartialTokens)
+	require.Equal(t, []TokenRange{{4, 10}}, p.Compute)
+	require.NoError(t, c.Release(p.Seq))
+	c.sliceUnits = defaultSliceUnits
+	adm, err = c.Admit(Request{Tokens: prompt})
+	require.NoError(t, err)
+	require.Equal(t, 6, adm.ReusedTokens, "in one step")
+	require.NoError(t, c.checkInvariants())
 }
