@@ -67,6 +67,17 @@ type longAcquire struct {
 	fresh      []int
 	recomputed int
 	loading    int
+	// src is the cached block (srcNode in the tree) whose first partial
+	// tokens block matched copies (Config.PartialReuse), or -1. From its
+	// claim step on, its GPU units are pinned (srcPins) and its units
+	// below are claimed (srcClaims, see unitClaimed), so that the steps
+	// before block matched's cannot evict it; that step's copy takes
+	// them over.
+	src       int32
+	srcNode   *radix.Node[int32]
+	partial   int
+	srcPins   []UnitID
+	srcClaims []UnitID
 }
 
 // acquireLong is Acquire of a dense request whose units exceed a step (see
@@ -98,6 +109,11 @@ func (c *Cache) acquireLong(req Request) (Plan, error) {
 func (op *longAcquire) run(c *Cache) error {
 	for op.claimed < op.matched {
 		if err := c.step("Acquire", op.claim(c)); err != nil {
+			return err
+		}
+	}
+	if op.src >= 0 {
+		if err := c.step("Acquire", op.claimSource(c)); err != nil {
 			return err
 		}
 	}
@@ -133,8 +149,16 @@ func (op *longAcquire) start(c *Cache) func() error {
 		if err != nil {
 			return err
 		}
+		op.src = -1
 		if !op.prefetch {
-			nodes = c.leaveLast(req, nodes)
+			var dropped *radix.Node[int32]
+			if kept := c.leaveLast(req, nodes); len(kept) < len(nodes) {
+				dropped, nodes = nodes[len(kept)], kept
+			}
+			op.src, op.partial = c.partialSource(req, len(nodes), c.scratch.partial, dropped)
+			if op.src >= 0 {
+				op.srcNode = c.units.blk(op.src).node
+			}
 		}
 		if op.prefetch {
 			k := c.wholePrefix(nodes)
@@ -244,6 +268,81 @@ func (op *longAcquire) claim(c *Cache) func() error {
 		op.record(c)
 		return nil
 	}
+}
+
+// claimSource is the phase 1 step that holds a partial copy's source until
+// its block's step: it pins the source's GPU units and claims those below.
+// A source that lost a unit, or left the tree, since the match is not
+// copied.
+func (op *longAcquire) claimSource(c *Cache) func() error {
+	return func() error {
+		if c.poisoned != nil {
+			return c.poisoned
+		}
+		if !op.sourceValid(c) {
+			op.src, op.partial = -1, 0
+			return nil
+		}
+		g := c.geom
+		c.begin(nil)
+		c.tx.owner = op.s
+		op.stepFrame(c)
+		claims := op.srcClaims[:0]
+		pins := op.srcPins[:0]
+		for sl := range g.slices {
+			u := c.units.id(op.src, sl)
+			if c.units.of(u).tier == GPU {
+				c.tx.addNeed(&c.units, u)
+				pins = append(pins, u)
+			} else {
+				claims = append(claims, u)
+			}
+		}
+		if err := c.execute(); err != nil {
+			return err
+		}
+		op.srcPins, op.srcClaims = pins, claims[:0]
+		for _, u := range claims {
+			if st := c.units.of(u); st.flags&unitClaimed == 0 {
+				st.flags |= unitClaimed
+				if st.busy == 0 {
+					c.tiers.arena(st.tier, c.poolOf(u)).pin(u)
+				}
+				op.srcClaims = append(op.srcClaims, u)
+			}
+		}
+		return nil
+	}
+}
+
+// sourceValid reports whether op's partial copy's source is still the
+// block the match found, in the tree, with every unit's bytes: another
+// sequence's Truncate may have taken it out of the tree to write it.
+func (op *longAcquire) sourceValid(c *Cache) bool {
+	return c.units.blk(op.src).node == op.srcNode && op.srcNode != nil && c.whole(op.src)
+}
+
+// dropSource ends the hold claimSource took on the source: the pins
+// through the running transaction (unpins: nil, directly), the claims at
+// once.
+func (op *longAcquire) dropSource(c *Cache, unpins *[]UnitID) {
+	for _, u := range op.srcPins {
+		if unpins != nil {
+			*unpins = append(*unpins, u)
+		} else {
+			c.unpinUnit(u)
+		}
+	}
+	op.srcPins = op.srcPins[:0]
+	for _, u := range op.srcClaims {
+		if st := c.units.of(u); st.flags&unitClaimed != 0 {
+			st.flags &^= unitClaimed
+			if st.busy == 0 {
+				c.tiers.arena(st.tier, c.poolOf(u)).unpin(u)
+			}
+		}
+	}
+	op.srcClaims = op.srcClaims[:0]
 }
 
 // reserveSlots is phase 2: the slots the rest of the prompt needs are
@@ -374,13 +473,28 @@ func (op *longAcquire) place(c *Cache) func() error {
 				b := c.newBlock(i, s.chunks(op.nb), prio, dur)
 				c.ref(b, false)
 				s.blocks = append(s.blocks, b)
+				src := int32(-1)
+				if i == op.matched && op.src >= 0 {
+					if op.sourceValid(c) {
+						src = op.src
+					}
+					// The copy's needs pin the source from here.
+					c.tx.unpins = append(c.tx.unpins, op.srcPins...)
+				}
 				for sl := range g.slices {
-					c.tx.addNeed(&c.units, c.units.id(b, sl))
+					if src >= 0 {
+						c.tx.addCopyNeed(&c.units, c.units.id(b, sl), c.units.id(src, sl))
+					} else {
+						c.tx.addNeed(&c.units, c.units.id(b, sl))
+					}
 				}
 			}
 			if needs := c.tx.needs[start:]; freshIn(needs) {
 				fresh = append(fresh, i)
 				recomputeBlock(needs)
+			}
+			if i == op.matched && op.src >= 0 && (len(fresh) > 0 && fresh[len(fresh)-1] == i || !op.sourceValid(c)) {
+				op.partial = 0 // computed whole
 			}
 			// What costs is a placement; a block the claims covered
 			// whole costs a look at each unit.
@@ -395,6 +509,12 @@ func (op *longAcquire) place(c *Cache) func() error {
 				s.blocks[i] = op.nodes[i].Value
 			}
 			return err
+		}
+		if first <= op.matched && op.matched < end && op.src >= 0 {
+			// The copy pinned what it reads; the hold is over.
+			op.srcPins = op.srcPins[:0]
+			op.dropSource(c, nil)
+			op.src = -1
 		}
 		op.placed = end
 		op.unclaim(c, first, min(end, op.matched))
@@ -533,11 +653,15 @@ func (op *longAcquire) finish(c *Cache) Plan {
 	}
 	compute := s.compute[:0]
 	for _, i := range op.fresh {
+		if i >= op.matched {
+			break // from the first token a partial copy does not give
+		}
 		compute = addRange(compute, i*B, min((i+1)*B, n))
 	}
-	compute = addRange(compute, op.matched*B, n)
+	compute = addRange(compute, op.matched*B+op.partial, n)
 	s.compute = compute
-	plan.Compute, plan.RecomputeTokens = compute, op.recomputed
+	plan.Compute, plan.RecomputeTokens, plan.PartialTokens = compute, op.recomputed, op.partial
+	c.st.partial += int64(op.partial)
 	plan.ReusedTokens = n
 	for _, r := range compute {
 		plan.ReusedTokens -= r.Len()
@@ -598,6 +722,7 @@ func (op *longAcquire) undo(c *Cache) error {
 	err := c.step("Acquire", func() error {
 		op.release(c)
 		op.unclaim(c, op.placed, op.matched)
+		op.dropSource(c, nil)
 		c.startBuilt(&op.build)
 		c.long--
 		c.beginEnd(e)

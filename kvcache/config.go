@@ -193,9 +193,10 @@ type Config struct {
 	// (Plan.Loading, Readiness) before it computes, as for any load; a
 	// failed copy is in Readiness.Recompute, the block from its first
 	// token. An Acquire that runs in steps (a prompt of more units than a
-	// step's; see Long operations in the package doc) reuses no part of a
-	// block. Off by default: a prompt that agrees with a cached block on
-	// a few tokens then computes the block whole.
+	// step's; see Long operations in the package doc) holds the block it
+	// copies from its first steps, so that the steps before the copy do
+	// not evict it. Off by default: a prompt that agrees with a cached
+	// block on a few tokens then computes the block whole.
 	PartialReuse bool
 }
 

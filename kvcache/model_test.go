@@ -632,11 +632,10 @@ func (h *harness) predictAcquire(req Request) (expectedAcquire, int) {
 		}
 	}
 	e.fresh += (c.geom.numBlocks(len(req.Tokens)) - len(nodes)) * c.geom.slices
-	if nb := c.geom.numBlocks(len(req.Tokens)); c.partialReuse && len(nodes) < nb && !c.isLong(nb*c.geom.slices) {
+	if c.partialReuse && len(nodes) < c.geom.numBlocks(len(req.Tokens)) {
 		// The cached block past the prefix that agrees with the most of
 		// the prompt's next block's first tokens (the first one so found,
-		// in insertion order), copied if its every unit holds bytes; not
-		// by an Acquire in steps.
+		// in insertion order), copied if its every unit holds bytes.
 		next := req.Tokens[len(nodes)*B : min(len(req.Tokens), (len(nodes)+1)*B)]
 		children := c.tree.Roots()
 		if len(nodes) > 0 {
@@ -1533,6 +1532,9 @@ func (h *harness) step() {
 				copied: p.Copied, partial: p.PartialTokens}, "step %d: plan of a dense Acquire", h.steps)
 			if p.PartialTokens > 0 {
 				h.counts["partial copy"]++
+				if long {
+					h.counts["partial copy in steps"]++
+				}
 			}
 			h.record(p, true)
 			h.counts["acquire"]++
@@ -2072,7 +2074,7 @@ func TestModelSliced(t *testing.T) {
 		require.Positive(t, total["long acquire"], "no Acquire ran in steps")
 		return total
 	}, func(total map[string]int) {
-		requireMet(t, total, "long acquire failed midway", "recompute", "onboard", "long fork")
+		requireMet(t, total, "long acquire failed midway", "recompute", "onboard", "long fork", "partial copy in steps")
 	})
 }
 

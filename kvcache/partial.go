@@ -40,10 +40,7 @@ func (c *Cache) matchPrompt(req *Request) (radix.Keys, []*radix.Node[int32], int
 // last token lies in, which Request.ComputeLast left out of nodes: it
 // agrees up to the token before the last.
 func (c *Cache) partialSource(req *Request, matched int, part radix.Partial[int32], dropped *radix.Node[int32]) (int32, int) {
-	if !c.partialReuse || req.Sparse || c.isLong(c.geom.numBlocks(len(req.Tokens))*c.geom.slices) {
-		// An Acquire in steps reuses no part of a block: its earlier
-		// steps could evict the source, which nothing pins before its
-		// own step, and Admit could not tell.
+	if !c.partialReuse || req.Sparse {
 		return -1, 0
 	}
 	B := c.geom.blockTokens

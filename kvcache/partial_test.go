@@ -176,22 +176,87 @@ func TestPartialReuseNeedsAWholeBlockWorthCopying(t *testing.T) {
 }
 
 // TestPartialReuseInSteps: an Acquire that runs in steps (see slices.go)
-// reuses no part of a block, and Admit says so.
+// reuses part of a block as the one-step Acquire does, ComputeLast
+// included; its copy holds the cached bytes, Admit predicts it, and the
+// source stays whole through the steps before its block's.
 func TestPartialReuseInSteps(t *testing.T) {
-	c, _ := partialCache(t, Config{})
+	c, store := partialCache(t, Config{})
+	want := func() [][]byte {
+		p, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
+		require.NoError(t, err)
+		defer func() { require.NoError(t, c.Release(p.Seq)) }()
+		return blockBytes(t, c, store, p.Seq, 1)
+	}()
 	c.sliceUnits = 2 // a block a step
-	prompt := append(seqTokens(6, 0), 100, 101, 102, 103)
+	for _, tc := range []struct {
+		prompt      []uint32
+		computeLast bool
+		partial     int
+		compute     []TokenRange
+	}{
+		{append(seqTokens(6, 0), 100, 101, 102, 103), false, 2, []TokenRange{{6, 10}}},
+		{seqTokens(8, 0), true, 3, []TokenRange{{7, 8}}},
+		{append(seqTokens(4, 0), 200, 201, 202, 203), false, 0, []TokenRange{{4, 8}}},
+		{append(seqTokens(2, 0), 300, 301, 302, 303, 304, 305), false, 2, []TokenRange{{2, 8}}},
+	} {
+		adm, err := c.Admit(Request{Tokens: tc.prompt, ComputeLast: tc.computeLast})
+		require.NoError(t, err)
+		p, err := c.Acquire(Request{Tokens: tc.prompt, ComputeLast: tc.computeLast})
+		require.NoError(t, err)
+		require.Equal(t, tc.partial, p.PartialTokens, "%v", tc.prompt)
+		require.Equal(t, tc.compute, p.Compute, "%v", tc.prompt)
+		require.Equal(t, adm.ReusedTokens, p.ReusedTokens, "%v", tc.prompt)
+		if tc.partial > 0 && len(tc.prompt) > 4 && tc.prompt[4] == 4 {
+			require.Equal(t, want, blockBytes(t, c, store, p.Seq, 1))
+		}
+		require.NoError(t, c.Release(p.Seq))
+		require.NoError(t, c.checkInvariants())
+	}
+}
+
+// TestPartialReuseInStepsHoldsTheSource: a long Acquire whose earlier
+// steps evict what the GPU's FIFO holds longest, the source of its partial
+// copy first, still copies it: it holds the source from its first steps
+// (without the hold the source is evicted, and dropped by a full CPU of
+// claimed units). A long Acquire that fails midway lets the source go.
+func TestPartialReuseInStepsHoldsTheSource(t *testing.T) {
+	l := tinyLayout(t, layout.PagedLayer, nil)
+	tiers := GPUAndCPU(Capacity{Units: 8}, Capacity{Units: 4})
+	for i := range tiers {
+		tiers[i].Policy = FIFOPolicy()
+	}
+	store, err := NewMemoryStore(l, tiers)
+	require.NoError(t, err)
+	c, err := New(Config{Layout: l, Tiers: tiers, Mover: store, PartialReuse: true})
+	require.NoError(t, err)
+	p, err := c.Acquire(Request{Tokens: seqTokens(12, 0)})
+	require.NoError(t, err)
+	fillBlock(t, c, store, p.Seq, 2, 0x50)
+	want := blockBytes(t, c, store, p.Seq, 2)
+	finish(t, c, p.Seq)
+	for _, other := range [][]uint32{seqTokens(4, 1000), seqTokens(8, 2000)} {
+		p, err := c.Acquire(Request{Tokens: other})
+		require.NoError(t, err)
+		finish(t, c, p.Seq)
+	}
+	// Blocks 0 and 1 are on the CPU (FIFO's first victims), block 2 on
+	// the GPU, the oldest there.
+	c.sliceUnits = 2
+	prompt := append(seqTokens(10, 0), 100, 101)
 	adm, err := c.Admit(Request{Tokens: prompt})
 	require.NoError(t, err)
-	require.Equal(t, 4, adm.ReusedTokens)
-	p, err := c.Acquire(Request{Tokens: prompt})
+	p, err = c.Acquire(Request{Tokens: prompt})
 	require.NoError(t, err)
-	require.Zero(t, p.PartialTokens)
-	require.Equal(t, []TokenRange{{4, 10}}, p.Compute)
+	require.Equal(t, 2, p.PartialTokens)
+	require.Equal(t, adm.ReusedTokens, p.ReusedTokens)
+	require.Equal(t, 4, p.Onboarded)
+	require.Equal(t, want, blockBytes(t, c, store, p.Seq, 2))
 	require.NoError(t, c.Release(p.Seq))
-	c.sliceUnits = defaultSliceUnits
-	adm, err = c.Admit(Request{Tokens: prompt})
-	require.NoError(t, err)
-	require.Equal(t, 6, adm.ReusedTokens, "in one step")
 	require.NoError(t, c.checkInvariants())
+
+	// Too long to fit: it fails, and nothing stays pinned or claimed.
+	_, err = c.Acquire(Request{Tokens: append(seqTokens(10, 0), seqTokens(40, 500)...)})
+	require.ErrorIs(t, err, ErrNoSpace)
+	require.NoError(t, c.checkInvariants())
+	require.Zero(t, c.Stats().Tiers[0].Pinned)
 }
