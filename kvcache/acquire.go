@@ -113,7 +113,19 @@ func (c *Cache) acquire(req Request) (_ Plan, err error) {
 	if req.Sparse {
 		return c.acquireSparse(s, req.Tokens, nodes), nil
 	}
-	return c.acquireDense(s, req.Tokens, nodes, src, partial)
+	p, err := c.acquireDense(s, req.Tokens, nodes, src, partial)
+	if src >= 0 && errors.Is(err, ErrNoSpace) {
+		// The copy pins its source while it runs: without room for that,
+		// the block is computed whole. The rollback undid the planning;
+		// match again, since it may have collected what it referenced.
+		if _, nodes, _, _, err = c.matchPrompt(&req); err != nil {
+			return Plan{}, err
+		}
+		c.begin(nil)
+		c.tx.owner = s
+		p, err = c.acquireDense(s, req.Tokens, nodes, -1, 0)
+	}
+	return p, err
 }
 
 func (c *Cache) acquireSparse(s *sequence, tokens []uint32, nodes []*radix.Node[int32]) Plan {

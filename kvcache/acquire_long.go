@@ -78,6 +78,11 @@ type longAcquire struct {
 	partial   int
 	srcPins   []UnitID
 	srcClaims []UnitID
+	// srcRef says that op holds a reference on src: another sequence's
+	// Truncate then copies the block on write instead of taking it out
+	// of the tree, and no Release frees its record while op names its
+	// units.
+	srcRef bool
 }
 
 // acquireLong is Acquire of a dense request whose units exceed a step (see
@@ -287,6 +292,7 @@ func (op *longAcquire) claimSource(c *Cache) func() error {
 		c.begin(nil)
 		c.tx.owner = op.s
 		op.stepFrame(c)
+		c.ref(op.src, false)
 		claims := op.srcClaims[:0]
 		pins := op.srcPins[:0]
 		for sl := range g.slices {
@@ -301,6 +307,7 @@ func (op *longAcquire) claimSource(c *Cache) func() error {
 		if err := c.execute(); err != nil {
 			return err
 		}
+		op.srcRef = true
 		op.srcPins, op.srcClaims = pins, claims[:0]
 		for _, u := range claims {
 			if st := c.units.of(u); st.flags&unitClaimed == 0 {
@@ -319,7 +326,7 @@ func (op *longAcquire) claimSource(c *Cache) func() error {
 // block the match found, in the tree, with every unit's bytes: another
 // sequence's Truncate may have taken it out of the tree to write it.
 func (op *longAcquire) sourceValid(c *Cache) bool {
-	return c.units.blk(op.src).node == op.srcNode && op.srcNode != nil && c.whole(op.src)
+	return c.units.blk(op.src).node == op.srcNode && op.srcNode != nil && c.whole(op.src) && !c.restoredUnwritten(op.src)
 }
 
 // dropSource ends the hold claimSource took on the source: the pins
@@ -343,6 +350,10 @@ func (op *longAcquire) dropSource(c *Cache, unpins *[]UnitID) {
 		}
 	}
 	op.srcClaims = op.srcClaims[:0]
+	if op.srcRef {
+		op.srcRef = false
+		c.unref(op.src, false)
+	}
 }
 
 // reserveSlots is phase 2: the slots the rest of the prompt needs are
@@ -358,6 +369,12 @@ func (op *longAcquire) reserveSlots(c *Cache) func() error {
 		}
 		if op.prefetch {
 			op.fitPrefetch(c)
+		}
+		if op.src >= 0 && !op.fits(c) {
+			// The partial copy's source is held: without room for that,
+			// the block is computed whole.
+			op.dropSource(c, nil)
+			op.src, op.partial = -1, 0
 		}
 		for p := range g.pools {
 			if a := c.tiers.arena(GPU, p).available(); op.need[p] > a {
@@ -379,6 +396,16 @@ func (op *longAcquire) reserveSlots(c *Cache) func() error {
 		}
 		return nil
 	}
+}
+
+// fits reports whether the GPU can supply the slots op needs.
+func (op *longAcquire) fits(c *Cache) bool {
+	for p := range c.geom.pools {
+		if op.need[p] > c.tiers.arena(GPU, p).available() {
+			return false
+		}
+	}
+	return true
 }
 
 // fitPrefetch cuts a long Prefetch's prefix at the longest part whose

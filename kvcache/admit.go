@@ -52,23 +52,34 @@ func (c *Cache) Admit(req Request) (Admission, error) {
 	}
 	need := make([]int, len(c.geom.pools))
 	pinning := make([]int, len(c.geom.pools))
-	var a Admission
-	if req.Sparse {
-		a = c.admitSparse(keys, nodes, req, need)
-	} else {
-		a = c.admitDense(keys, nodes, src, req, need, pinning)
-		a.ReusedTokens += partial
+	admit := func(src int32, partial int) Admission {
+		clear(need)
+		clear(pinning)
+		var a Admission
+		if req.Sparse {
+			a = c.admitSparse(keys, nodes, req, need)
+		} else {
+			a = c.admitDense(keys, nodes, src, req, need, pinning)
+			a.ReusedTokens += partial
+		}
+		a.Fits = true
+		for p := range c.geom.pools {
+			free := c.tiers.arena(GPU, p).available() - pinning[p]
+			a.NeedSlots += need[p]
+			if need[p] > 0 {
+				a.FreeSlots += free
+			}
+			if need[p] > free {
+				a.Fits = false
+			}
+		}
+		return a
 	}
-	a.Fits = true
-	for p := range c.geom.pools {
-		free := c.tiers.arena(GPU, p).available() - pinning[p]
-		a.NeedSlots += need[p]
-		if need[p] > 0 {
-			a.FreeSlots += free
-		}
-		if need[p] > free {
-			a.Fits = false
-		}
+	a := admit(src, partial)
+	if !a.Fits && src >= 0 {
+		// The partial copy's source is pinned while it runs: an Acquire
+		// that finds no room then computes the block whole.
+		a = admit(-1, 0)
 	}
 	return a, nil
 }

@@ -1500,6 +1500,19 @@ func (h *harness) step() {
 		adm, err := c.Admit(req)
 		require.NoError(h.t, err)
 		want, released := h.predictAcquire(req)
+		if want.partial > 0 && !sparse {
+			// A copy pins its source: with no room for that the block is
+			// computed whole, as Admit says (the Acquire below checks
+			// Admit against what it did).
+			c.partialReuse = false
+			off, err := c.Admit(req)
+			c.partialReuse = true
+			require.NoError(h.t, err)
+			if adm.ReusedTokens != off.ReusedTokens+want.partial {
+				want.fresh, want.copied, want.partial = want.fresh+want.copied, 0, 0
+				h.counts["partial copy given up for room"]++
+			}
+		}
 		long = !sparse && c.isLong(c.geom.numBlocks(len(prompt))*c.geom.slices)
 		if long {
 			h.counts["long acquire"]++

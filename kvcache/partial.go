@@ -56,10 +56,25 @@ func (c *Cache) partialSource(req *Request, matched int, part radix.Partial[int3
 			k = min(k, rest-1)
 		}
 	}
-	if k <= 0 || !c.whole(src.Value) || !c.partialPays(src.Value, k) {
+	if k <= 0 || !c.whole(src.Value) || c.restoredUnwritten(src.Value) || !c.partialPays(src.Value, k) {
 		return -1, 0
 	}
 	return src.Value, k
+}
+
+// restoredUnwritten reports whether a unit of block b was restored by a
+// live sequence's SparseAccess that has not declared it written yet: its
+// slot holds bytes only once that sequence's kernel has run, and a copy
+// could run before.
+func (c *Cache) restoredUnwritten(b int32) bool {
+	for _, s := range c.seqs {
+		for _, u := range s.restored {
+			if c.units.block(u) == b && c.units.current(u, c.geom.slices) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // partialPays reports whether copying block b (whole) to reuse its first k
