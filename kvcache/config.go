@@ -183,20 +183,25 @@ type Config struct {
 	// that agree (Plan.PartialTokens). With Request.ComputeLast, the
 	// block that holds the prompt's last token is reused this way up to
 	// the token before it. A block is reused only when it is whole (every
-	// unit holds bytes) and, with Config.Recompute, when loading its
-	// units that are not on the GPU (TierConfig.Link; a copy between GPU
-	// slots is taken as free) is strictly cheaper than recomputing the
-	// tokens that agree (their share of the block's recompute cost). The
-	// copy moves whole units: its slots' positions past the agreeing
-	// tokens hold the cached block's KV until the server writes its own,
-	// so with a TransferEngine the server waits for the copy
-	// (Plan.Loading, Readiness) before it computes, as for any load; a
-	// failed copy is in Readiness.Recompute, the block from its first
-	// token. An Acquire that runs in steps (a prompt of more units than a
-	// step's; see Long operations in the package doc) holds the block it
-	// copies from its first steps, so that the steps before the copy do
-	// not evict it. Off by default: a prompt that agrees with a cached
-	// block on a few tokens then computes the block whole.
+	// unit holds bytes, none restored by a live sparse sequence that has
+	// not declared it written), when pinning it for the copy leaves the
+	// prompt room (else the block is computed whole, as Admit says), and,
+	// with Config.Recompute, when loading its units that are not on the
+	// GPU (TierConfig.Link; a copy between GPU slots is taken as free) is
+	// strictly cheaper than recomputing the tokens that agree (their
+	// share of the block's recompute cost). The copy moves whole units:
+	// its slots' positions past the agreeing tokens hold the cached
+	// block's KV until the server writes its own, so with a
+	// TransferEngine the server waits for the copy (Plan.Loading,
+	// Readiness) before it computes, as for any load; a failed copy is in
+	// Readiness.Recompute, the block from its first token. An Acquire that
+	// runs in steps (a prompt of more units than a step's; see Long
+	// operations in the package doc) holds the block it copies, from the
+	// end of its first phase to the copy, with pins and a reference, so
+	// that its other steps do not evict it and another sequence's
+	// Truncate copies it on write rather than rewriting it. Off by
+	// default: a prompt that agrees with a cached block on a few tokens
+	// then computes the block whole.
 	PartialReuse bool
 }
 
