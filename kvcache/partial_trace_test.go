@@ -45,7 +45,10 @@ func TestPartialReuseOnConversationTrace(t *testing.T) {
 	}
 	require.NoError(t, err)
 	defer f.Close()
-	limit := 1000
+	limit, shared := 1000, 2000
+	if testing.Short() || oracleRace {
+		limit, shared = 200, 500 // a measurement: short under -short and the race detector
+	}
 	if v := os.Getenv("KVTIER_PARTIAL_TRACE_REQUESTS"); v != "" {
 		limit, err = strconv.Atoi(v)
 		require.NoError(t, err)
@@ -84,17 +87,17 @@ func TestPartialReuseOnConversationTrace(t *testing.T) {
 		}
 		systems = append(systems, sys)
 	}
-	var shared [][]uint32
-	for i := range 2000 {
+	var sharedPrompts [][]uint32
+	for i := range shared {
 		if i%10 == 9 {
-			shared = append(shared, shared[rng.IntN(len(shared))])
+			sharedPrompts = append(sharedPrompts, sharedPrompts[rng.IntN(len(sharedPrompts))])
 			continue
 		}
 		p := slices.Clone(systems[rng.IntN(len(systems))])
 		for range 20 + rng.IntN(181) {
 			p = append(p, 1<<20+uint32(rng.IntN(50000)))
 		}
-		shared = append(shared, p)
+		sharedPrompts = append(sharedPrompts, p)
 	}
 
 	l, err := layout.New(layout.SeedModel(), layout.AllLayers, 16)
@@ -120,7 +123,7 @@ func TestPartialReuseOnConversationTrace(t *testing.T) {
 	for _, w := range []struct {
 		name    string
 		prompts [][]uint32
-	}{{"Mooncake conversation", prompts}, {"shared system prompts", shared}} {
+	}{{"Mooncake conversation", prompts}, {"shared system prompts", sharedPrompts}} {
 		for _, computeLast := range []bool{false, true} {
 			off, on := replay(w.prompts, false, computeLast), replay(w.prompts, true, computeLast)
 			t.Logf("%s, %d requests, %d prompt tokens, ComputeLast %v: reused %d tokens without partial reuse, %d with (+%d, %.3f%% of the prompt tokens; %.2f per request)",
