@@ -60,9 +60,9 @@
 // LRU of 1% in front of a segmented LRU, and an admission filter, a
 // count-min sketch of recent frequencies, that lets a key from the window
 // into the main space only if it was seen more often than the key it
-// would push out. Where popularity is skewed and stable it misses least of
-// the policies here (BENCHMARKS.md compares it with otter, whose policy it
-// is); a burst of keys seen once never reaches the main space. The sketch
+// would push out. A burst of keys seen once never reaches the main space;
+// on skewed, stable popularity (Zipf) it misses within a point of S3FIFO
+// and ARC, and less than otter, whose policy it is (BENCHMARKS.md). The sketch
 // hashes the keys, so its choices depend on the key values (not only on
 // their order, as the other policies' do) and keys must be integers or
 // strings.

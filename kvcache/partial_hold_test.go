@@ -44,11 +44,11 @@ func longAcquireWithSource(t *testing.T, hook func(c *Cache, x SeqID, src int32)
 	return c, p, err
 }
 
-// Between Y's claimSource and the step that places its block 1, X
-// truncates into the source (a leaf only X references: detached from the
-// tree, not copied) and is released: the source's record is freed, its
-// units' pins (Y's included) zeroed by freeUnit. Y's place step then
-// unpins op.srcPins anyway.
+// TestPartialSourceTruncatedBetweenSteps: between Y's claimSource and the
+// step that places its block 1, X, the source's only other user, truncates
+// into it and is released. Y's reference makes the Truncate copy on write
+// (the source stays in the tree) and keeps the record: Y still copies it,
+// and every pin count is exact after Y.
 func TestPartialSourceTruncatedBetweenSteps(t *testing.T) {
 	c, p, err := longAcquireWithSource(t, func(c *Cache, x SeqID, src int32) {
 		_, err := c.Truncate(x, 2)
@@ -70,14 +70,8 @@ func TestPartialSourceRecordKeptBetweenSteps(t *testing.T) {
 	var z SeqID
 	var zsrc int32
 	c, p, err := longAcquireWithSource(t, func(c *Cache, x SeqID, src int32) {
-		_, err := c.Truncate(x, 2)
-		require.NoError(t, err)
-		require.NoError(t, c.Release(x))
-		q, err := c.Acquire(Request{Tokens: seqTokens(4, 5000)})
-		require.NoError(t, err)
-		z = q.Seq
-		zsrc = c.seqs[z].blocks[0]
-		t.Logf("source record %d, Z's block record %d, Z's unit pins %d", src, zsrc, c.units.of(c.units.id(zsrc, 0)).pins)
+		z, zsrc = truncateAndTakeRecord(t, c, x)
+		require.NotEqual(t, src, zsrc, "the source's record, referenced, is not reused")
 	})
 	require.NoError(t, err)
 	t.Logf("after Y: Z's unit pins %d", c.units.of(c.units.id(zsrc, 0)).pins)
@@ -88,12 +82,11 @@ func TestPartialSourceRecordKeptBetweenSteps(t *testing.T) {
 	require.NoError(t, c.checkInvariants())
 }
 
-// The same as TestPartialSourceRecordKeptBetweenSteps, shown in what the
-// caller sees: Y's unpins went to the stale UnitIDs (the policy was told
-// to unpin a key it does not hold) while Z's pin count and the arena's
-// pinned count went down, so the arena counts Z's live units as
-// evictable: an Acquire that needs them passes the capacity check, finds
-// no victim in the policy, and poisons the cache.
+// TestPartialSourceHoldKeepsPinsExact: the same, seen as a caller would
+// see a wrong unpin (live units counted evictable, then an Acquire that
+// passes the capacity check, finds no victim and poisons the cache): with
+// every GPU unit pinned by a live sequence, an Acquire fails with
+// ErrNoSpace.
 func TestPartialSourceHoldKeepsPinsExact(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, nil)
 	tiers := GPUAndCPU(Capacity{Units: 16}, Capacity{})
@@ -139,32 +132,24 @@ func TestPartialSourceHoldKeepsPinsExact(t *testing.T) {
 // into the source and Z acquired a block; Y's undo lets the source go and
 // leaves Z's pins alone.
 func TestPartialSourceHoldUndone(t *testing.T) {
-	var z SeqID
 	var zb int32
 	c, _, err := longAcquireWithSource(t, func(c *Cache, x SeqID, src int32) {
-		_, err := c.Truncate(x, 2)
-		require.NoError(t, err)
-		require.NoError(t, c.Release(x))
-		q, err := c.Acquire(Request{Tokens: seqTokens(4, 5000)})
-		require.NoError(t, err)
-		z, zb = q.Seq, c.seqs[q.Seq].blocks[0]
-		t.Logf("the source's record is Z's block: %v", src == zb)
+		_, zb = truncateAndTakeRecord(t, c, x)
+		require.NotEqual(t, src, zb, "the source's record, referenced, is not reused")
 		saved := c.sliceUnits
 		c.sliceUnits = defaultSliceUnits
-		_, err = c.Acquire(Request{Tokens: seqTokens(52, 40000)}) // 26 units, live
+		_, err := c.Acquire(Request{Tokens: seqTokens(52, 40000)}) // 26 units, live
 		require.NoError(t, err)
 		c.sliceUnits = saved
 	})
 	require.ErrorIs(t, err, ErrNoSpace)
 	require.Equal(t, int32(1), int32(c.units.of(c.units.id(zb, 0)).pins), "Z still pins its unit once")
 	require.NoError(t, c.checkInvariants())
-	_ = z
 }
 
-// A prompt that fits without PartialReuse fails with it: the copy pins
-// its source, the only evictable unit(s) the Acquire could take its fresh
-// slots from, and nothing falls back to computing the block whole (Admit
-// agrees, so a scheduler holds back a request the GPU can take).
+// TestPartialReuseGivesWayToRoom: a prompt that fits without
+// PartialReuse fits with it: when the copy's source holds the only
+// evictable units, the block is computed whole instead (Admit agrees).
 func TestPartialReuseGivesWayToRoom(t *testing.T) {
 	for _, on := range []bool{false, true} {
 		l := tinyLayout(t, layout.PagedLayer, nil)
@@ -189,13 +174,11 @@ func TestPartialReuseGivesWayToRoom(t *testing.T) {
 	}
 }
 
-// A sparse sequence A restores the dropped units of a committed block S
-// it shares (SparseAccess, From Dropped): S counts as whole at once,
-// though A's server writes those units only with the layer's kernel that
-// follows. A dense Acquire planned in between (another goroutine of the
-// server) copies S on write for a partial reuse, through the Mover, now:
-// its block holds the slots' old bytes, and nothing makes it wait for, or
-// recompute after, A's kernel.
+// TestPartialReuseSkipsUnwrittenRestores: a sparse sequence A restores
+// the dropped units of a committed block S it shares (SparseAccess, From
+// Dropped); A's server writes them only with the layer's kernel that
+// follows. A dense Acquire planned in between must not copy S: its slots
+// hold old bytes until A declares them written.
 func TestPartialReuseSkipsUnwrittenRestores(t *testing.T) {
 	l := tinyLayout(t, layout.PagedLayer, nil)
 	tiers := GPUAndCPU(Capacity{Units: 8}, Capacity{})
@@ -250,4 +233,18 @@ func TestPartialReuseSkipsUnwrittenRestores(t *testing.T) {
 	if p.PartialTokens > 0 {
 		require.Equal(t, truth, blockBytes(t, c, store, p.Seq, 1), "P's copy of S's first tokens")
 	}
+}
+
+// truncateAndTakeRecord is the hook of longAcquireWithSource that most
+// tests use: X, the source's other user, truncates into it and is
+// released, and a new sequence Z acquires one block, which would take the
+// source's record were it freed. It returns Z and its block.
+func truncateAndTakeRecord(t *testing.T, c *Cache, x SeqID) (SeqID, int32) {
+	t.Helper()
+	_, err := c.Truncate(x, 2)
+	require.NoError(t, err)
+	require.NoError(t, c.Release(x))
+	q, err := c.Acquire(Request{Tokens: seqTokens(4, 5000)})
+	require.NoError(t, err)
+	return q.Seq, c.seqs[q.Seq].blocks[0]
 }

@@ -35,6 +35,16 @@ func blockBytes(t *testing.T, c *Cache, store *MemoryStore, id SeqID, i int) [][
 	return out
 }
 
+// cachedBlockBytes returns the bytes of the second block of the prompt
+// 0..7 that partialCache cached, acquired and released again.
+func cachedBlockBytes(t *testing.T, c *Cache, store *MemoryStore) [][]byte {
+	t.Helper()
+	p, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Release(p.Seq)) }()
+	return blockBytes(t, c, store, p.Seq, 1)
+}
+
 // partialCache returns a cache with PartialReuse over a MemoryStore (4-token
 // blocks, two units per block) that holds the committed two-block prompt
 // 0..7, its second block's units filled with mark 0x40.
@@ -63,12 +73,7 @@ func partialCache(t *testing.T, cfg Config) (*Cache, *MemoryStore) {
 // Without PartialReuse it computes the block whole.
 func TestPartialReuseCopiesTheTokensThatAgree(t *testing.T) {
 	c, store := partialCache(t, Config{})
-	want := func() [][]byte {
-		p, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
-		require.NoError(t, err)
-		defer func() { require.NoError(t, c.Release(p.Seq)) }()
-		return blockBytes(t, c, store, p.Seq, 1)
-	}()
+	want := cachedBlockBytes(t, c, store)
 	prompt := append(seqTokens(6, 0), 100, 101)
 	p, err := c.Acquire(Request{Tokens: prompt})
 	require.NoError(t, err)
@@ -181,12 +186,7 @@ func TestPartialReuseNeedsAWholeBlockWorthCopying(t *testing.T) {
 // source stays whole through the steps before its block's.
 func TestPartialReuseInSteps(t *testing.T) {
 	c, store := partialCache(t, Config{})
-	want := func() [][]byte {
-		p, err := c.Acquire(Request{Tokens: seqTokens(8, 0)})
-		require.NoError(t, err)
-		defer func() { require.NoError(t, c.Release(p.Seq)) }()
-		return blockBytes(t, c, store, p.Seq, 1)
-	}()
+	want := cachedBlockBytes(t, c, store)
 	c.sliceUnits = 2 // a block a step
 	for _, tc := range []struct {
 		prompt      []uint32

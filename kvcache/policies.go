@@ -145,15 +145,23 @@ func PrioritizedLRUPolicy() PolicyFactory {
 	})
 }
 
+// capacityOr returns capacity, or when it is 0 the arena's slots (at least
+// 1: an arena of zero slots never inserts): the Capacity a sized policy's
+// factory gives it.
+func (info PoolInfo) capacityOr(capacity int64) int64 {
+	if capacity == 0 {
+		return int64(max(1, info.Slots))
+	}
+	return capacity
+}
+
 // S3FIFOPolicy returns a factory of eviction.S3FIFO policies configured by
 // cfg, with Capacity set to the arena's slots (at least 1: an arena of zero
 // slots never inserts) when cfg.Capacity is 0.
 func S3FIFOPolicy(cfg eviction.S3FIFOConfig) PolicyFactory {
 	return indexed(func(info PoolInfo, idx eviction.Index[UnitID]) (eviction.Policy[UnitID], error) {
 		c := cfg
-		if c.Capacity == 0 {
-			c.Capacity = int64(max(1, info.Slots))
-		}
+		c.Capacity = info.capacityOr(c.Capacity)
 		return eviction.NewS3FIFOWithIndex(c, idx)
 	})
 }
@@ -167,9 +175,7 @@ func S3FIFOPolicy(cfg eviction.S3FIFOConfig) PolicyFactory {
 func ARCPolicy(cfg eviction.ARCConfig) PolicyFactory {
 	return indexed(func(info PoolInfo, idx eviction.Index[UnitID]) (eviction.Policy[UnitID], error) {
 		c := cfg
-		if c.Capacity == 0 {
-			c.Capacity = int64(max(1, info.Slots))
-		}
+		c.Capacity = info.capacityOr(c.Capacity)
 		return eviction.NewARCWithIndex(c, idx)
 	})
 }
@@ -182,9 +188,7 @@ func ARCPolicy(cfg eviction.ARCConfig) PolicyFactory {
 func WTinyLFUPolicy(cfg eviction.WTinyLFUConfig) PolicyFactory {
 	return indexed(func(info PoolInfo, idx eviction.Index[UnitID]) (eviction.Policy[UnitID], error) {
 		c := cfg
-		if c.Capacity == 0 {
-			c.Capacity = int64(max(1, info.Slots))
-		}
+		c.Capacity = info.capacityOr(c.Capacity)
 		return eviction.NewWTinyLFUWithIndex(c, idx)
 	})
 }

@@ -238,3 +238,43 @@ func TestPeersReplay(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkWTinyLFUSettings replays the Zipf stream (1K objects) and
+// cloudPhysicsIO (8K objects) through W-TinyLFU with other windows and
+// sketch sizes than the defaults, reporting miss% (the settings' effect,
+// deterministic; one iteration is one replay).
+func BenchmarkWTinyLFUSettings(b *testing.B) {
+	type run struct {
+		s    stream
+		size int
+	}
+	runs := []run{{newStream("zipf", zipfKeys(zipfRequests, zipfUniverse, 1)), 1 << 10}}
+	if k := cloudPhysicsKeys(b); k != nil {
+		runs = append(runs, run{newStream("cloudphysics", k), 8 << 10})
+	}
+	for _, r := range runs {
+		for _, cfg := range []struct {
+			name   string
+			window float64
+			keys   int // times the size
+		}{
+			{"window0.001", 0.001, 1}, {"window0.01", 0.01, 1}, {"window0.05", 0.05, 1}, {"window0.2", 0.2, 1},
+			{"window0.8", 0.8, 1}, {"keys0.25x", 0.01, 0}, {"keys16x", 0.01, 16},
+		} {
+			b.Run(fmt.Sprintf("%s/%d/%s", r.s.name, r.size, cfg.name), func(b *testing.B) {
+				keys := cfg.keys * r.size
+				if cfg.keys == 0 {
+					keys = r.size / 4
+				}
+				c := policy("", func(size int) (eviction.Policy[uint64], error) {
+					return eviction.NewWTinyLFU[uint64](eviction.WTinyLFUConfig{Capacity: int64(size), Keys: keys, WindowRatio: cfg.window})
+				})
+				misses := 0
+				for range b.N {
+					misses = c.run(b, &r.s, r.size)
+				}
+				b.ReportMetric(100*float64(misses)/float64(len(r.s.keys)), "miss%")
+			})
+		}
+	}
+}
