@@ -43,3 +43,23 @@ func ExampleTranslator() {
 	// removed 1 block from GPU
 	// stored 1 blocks on GPU (parent false, 4 tokens)
 }
+
+// A router follows two servers' events in one Index and asks, for a
+// prompt's block hashes, where most of it is cached: a block on the GPU
+// is worth more than one the server must first load from its CPU.
+func ExampleIndex_Score() {
+	var ix kvevents.Index
+	prompt := []uint64{11, 12, 13}
+	ix.Apply("server-a", kvevents.Batch{Events: []kvevents.Event{
+		kvevents.BlockStored{BlockHashes: prompt, Medium: kvevents.MediumCPU},
+	}})
+	ix.Apply("server-b", kvevents.Batch{Events: []kvevents.Event{
+		kvevents.BlockStored{BlockHashes: prompt[:2], Medium: kvevents.MediumGPU},
+	}})
+	for _, s := range ix.Score(nil, prompt, kvevents.Weights{kvevents.MediumGPU: 1, kvevents.MediumCPU: 0.5}) {
+		fmt.Printf("%s: %d blocks, worth %.1f\n", s.Server, s.Blocks, s.Value)
+	}
+	// Output:
+	// server-b: 2 blocks, worth 2.0
+	// server-a: 3 blocks, worth 1.5
+}
