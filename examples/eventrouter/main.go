@@ -167,6 +167,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	var ix kvevents.Index
+	var scores []kvevents.Score
 	rng := rand.New(rand.NewPCG(*seed, 0))
 	out := json.NewEncoder(stdout)
 	sum := summary{Summary: true}
@@ -178,13 +179,18 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		// The longest prefix wins; a tie goes to the server with fewer
-		// blocks, then to the first.
+		// The longest prefix wins (Index.Score, every block worth 1); a
+		// tie goes to the server with fewer blocks, then to the first.
 		best := servers[step%len(servers)]
 		if *policy == "prefix" {
+			scores = ix.Score(scores[:0], hs, nil)
+			held := make(map[string]int, len(scores))
+			for _, sc := range scores {
+				held[sc.Server] = sc.Blocks
+			}
 			best = servers[0]
 			for _, s := range servers[1:] {
-				a, b := ix.Match(s.name, hs), ix.Match(best.name, hs)
+				a, b := held[s.name], held[best.name]
 				if a > b || a == b && ix.Len(s.name) < ix.Len(best.name) {
 					best = s
 				}
