@@ -32,7 +32,7 @@ func stepBatch() Batch {
 func BenchmarkEncodeStep(b *testing.B) {
 	batch := stepBatch()
 	for _, o := range []EncoderOptions{
-		{Positional, HashInt}, {TaggedMap, HashInt}, {Positional, HashBytes},
+		{Positional, HashInt, BatchArray}, {TaggedMap, HashInt, BatchArray}, {Positional, HashBytes, BatchArray},
 	} {
 		name := map[Encoding]string{Positional: "positional", TaggedMap: "taggedmap"}[o.Encoding] +
 			map[HashEncoding]string{HashInt: "_int", HashBytes: "_bytes"}[o.HashEncoding]

@@ -32,7 +32,8 @@ func decodeCases() []Event {
 // wrote, in both layouts and both hash encodings, with and without a DP
 // rank.
 func TestDecodeInvertsEncode(t *testing.T) {
-	for _, o := range []EncoderOptions{{Positional, HashInt}, {Positional, HashBytes}, {TaggedMap, HashInt}, {TaggedMap, HashBytes}} {
+	for _, o := range []EncoderOptions{{Positional, HashInt, BatchArray}, {Positional, HashBytes, BatchArray}, {TaggedMap, HashInt, BatchArray}, {TaggedMap, HashBytes, BatchArray},
+		{Positional, HashInt, BatchMap}, {TaggedMap, HashBytes, BatchMap}} {
 		for _, rank := range []*int{nil, Ptr(5)} {
 			in := Batch{Timestamp: 1.7e9 + 0.25, Events: decodeCases(), DPRank: rank}
 			got, err := Decode(encodeOrFail(t, o, in))
@@ -147,7 +148,7 @@ func TestDecodeRejects(t *testing.T) {
 // FuzzDecode: Decode never panics, and what it accepts an Encoder writes
 // back to a payload that decodes to the same batch.
 func FuzzDecode(f *testing.F) {
-	for _, o := range []EncoderOptions{{Positional, HashInt}, {TaggedMap, HashBytes}} {
+	for _, o := range []EncoderOptions{{Positional, HashInt, BatchArray}, {TaggedMap, HashBytes, BatchArray}} {
 		f.Add(encodeOrFail(f, o, Batch{Timestamp: 3, Events: decodeCases(), DPRank: Ptr(1)}))
 	}
 	f.Add([]byte{0x92, 0x01, 0x90})

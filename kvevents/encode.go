@@ -29,11 +29,30 @@ const (
 	HashBytes
 )
 
+// BatchLayout selects how the batch around the events is written.
+type BatchLayout int
+
+const (
+	// BatchArray writes a batch as [ts, events, data_parallel_rank]
+	// (vLLM's EventBatch while it was array_like; what most consumers
+	// decode).
+	BatchArray BatchLayout = iota
+	// BatchMap writes a batch as {"ts": ..., "events": [...],
+	// "data_parallel_rank": ...}, the rank left out when nil: vLLM's
+	// EventBatch since it is no longer array_like, whose consumers
+	// decode a batch only as a map.
+	BatchMap
+)
+
 // EncoderOptions configures an Encoder. The zero value is vLLM's classic
-// format: positional events, integer hashes.
+// format: a positional batch of positional events, integer hashes. Each
+// choice is independent: a consumer built on a given vLLM revision
+// decodes the layouts of that revision's definitions (the events as
+// arrays or tagged maps, the batch as an array or a map).
 type EncoderOptions struct {
 	Encoding     Encoding
 	HashEncoding HashEncoding
+	Batch        BatchLayout
 }
 
 // Encoder serializes batches. It is safe for concurrent use.
@@ -55,6 +74,9 @@ func NewEncoder(opts EncoderOptions) (*Encoder, error) {
 	}
 	if opts.HashEncoding != HashInt && opts.HashEncoding != HashBytes {
 		return nil, fmt.Errorf("kvevents: unknown hash encoding %d", opts.HashEncoding)
+	}
+	if opts.Batch != BatchArray && opts.Batch != BatchMap {
+		return nil, fmt.Errorf("kvevents: unknown batch layout %d", opts.Batch)
 	}
 	e := &Encoder{opts: opts}
 	e.pool.New = func() any {
@@ -180,10 +202,18 @@ func (w *writer) key(k string) {
 func (w *writer) batch(b *Batch) {
 	n := 3
 	if b.DPRank == nil {
-		n = 2 // trailing default omitted
+		n = 2 // the default omitted: trailing, or a map key left out
 	}
-	w.arrayLen(n)
+	if w.opts.Batch == BatchMap {
+		w.mapLen(n)
+		w.str("ts")
+	} else {
+		w.arrayLen(n)
+	}
 	w.set(w.enc.EncodeFloat64(b.Timestamp))
+	if w.opts.Batch == BatchMap {
+		w.str("events")
+	}
 	w.arrayLen(len(b.Events))
 	for _, ev := range b.Events {
 		w.event(ev)
@@ -192,6 +222,9 @@ func (w *writer) batch(b *Batch) {
 		}
 	}
 	if b.DPRank != nil {
+		if w.opts.Batch == BatchMap {
+			w.str("data_parallel_rank")
+		}
 		w.int(*b.DPRank)
 	}
 }

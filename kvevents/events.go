@@ -22,7 +22,11 @@
 // vLLM serializes with "omit defaults", a nil rank is left out entirely and
 // the array then has two elements. vLLM's publisher always fills in its own
 // rank before encoding, so in practice the array has three elements;
-// Publisher does the same with Options.DPRank.
+// Publisher does the same with Options.DPRank. The newest vLLM revisions
+// no longer declare EventBatch array_like: their batch is a map with the
+// keys "ts", "events" and, unless nil, "data_parallel_rank", and their
+// decoders read a batch only in that form. EncoderOptions.Batch chooses
+// (BatchArray, the default, or BatchMap); Decode reads both.
 //
 // Events are a tagged union whose tag is the Go/Python type name
 // ("BlockStored", "BlockRemoved", "AllBlocksCleared"). Two layouts exist:

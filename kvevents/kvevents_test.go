@@ -218,12 +218,31 @@ func expect(o EncoderOptions, tag string, kv ...any) any {
 	return a
 }
 
+// expectBatch builds the expected decoded batch for o's layout: vLLM's
+// EventBatch fields in declaration order (ts, events, data_parallel_rank),
+// the rank, whose default is None, left out when rank is nil.
+func expectBatch(o EncoderOptions, ts float64, events []any, rank any) any {
+	if o.Batch == BatchMap {
+		m := mpMap{keys: []string{"ts", "events"}, vals: []any{ts, events}}
+		if rank != nil {
+			m.keys = append(m.keys, "data_parallel_rank")
+			m.vals = append(m.vals, rank)
+		}
+		return m
+	}
+	if rank != nil {
+		return []any{ts, events, rank}
+	}
+	return []any{ts, events}
+}
+
 func TestRoundTrip(t *testing.T) {
 	for _, o := range []EncoderOptions{
-		{Positional, HashInt}, {Positional, HashBytes},
-		{TaggedMap, HashInt}, {TaggedMap, HashBytes},
+		{Positional, HashInt, BatchArray}, {Positional, HashBytes, BatchArray},
+		{TaggedMap, HashInt, BatchArray}, {TaggedMap, HashBytes, BatchArray},
+		{Positional, HashInt, BatchMap}, {TaggedMap, HashBytes, BatchMap},
 	} {
-		t.Run(fmt.Sprintf("enc%d_hash%d", o.Encoding, o.HashEncoding), func(t *testing.T) {
+		t.Run(fmt.Sprintf("enc%d_hash%d_batch%d", o.Encoding, o.HashEncoding, o.Batch), func(t *testing.T) {
 			const big = math.MaxUint64 - 5
 			tokens := []uint32{1, 2, 70000, math.MaxUint32}
 			cases := []struct {
@@ -298,7 +317,7 @@ func TestRoundTrip(t *testing.T) {
 			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) {
 					got := mpDecode(t, encodeOrFail(t, o, Batch{Timestamp: 1.5, Events: []Event{c.ev}}))
-					want := []any{1.5, []any{c.want}}
+					want := expectBatch(o, 1.5, []any{c.want}, nil)
 					if !reflect.DeepEqual(got, want) {
 						t.Fatalf("got  %#v\nwant %#v", got, want)
 					}
@@ -309,7 +328,7 @@ func TestRoundTrip(t *testing.T) {
 			// All kinds in one batch, with a DP rank.
 			ts := 1.7e9 + 0.123
 			got := mpDecode(t, encodeOrFail(t, o, Batch{Timestamp: ts, Events: evs, DPRank: Ptr(3)}))
-			want := []any{ts, wantEvs, u(3)}
+			want := expectBatch(o, ts, wantEvs, u(3))
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("batch: got %#v\nwant %#v", got, want)
 			}
@@ -335,6 +354,9 @@ func TestEncodeErrors(t *testing.T) {
 	}
 	if _, err := NewEncoder(EncoderOptions{Encoding: 7}); err == nil {
 		t.Error("expected error for bad encoding")
+	}
+	if _, err := NewEncoder(EncoderOptions{Batch: 2}); err == nil {
+		t.Error("expected error for bad batch layout")
 	}
 }
 
