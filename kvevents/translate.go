@@ -1,10 +1,12 @@
 package kvevents
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/kvtier/kvtier/kvcache"
+	"github.com/kvtier/kvtier/radix"
 )
 
 // Translator turns a kvcache.Cache's events into vLLM's block-level
@@ -42,23 +44,58 @@ import (
 //
 // Medium names are the cache's tier names upper-cased ("GPU", "CPU",
 // "DISK", ...). LoRA maps to lora_name (lora_id is not set: kvtier names
-// adapters, it does not number them). A namespace has no field of its
-// own: vLLM's cache_salt is a request field whose effect is in the block
-// hashes, and kvtier's namespace is in its hashes the same way (two
-// namespaces never share a hash, see radix/HASHING.md). A router that
-// ignores the salt may send a tenant to a server that holds the same
-// tokens under another namespace; that server computes them again and
-// never serves the other tenant's KV. Extra keys become one entry per
-// block: the block's extra key values.
+// adapters, it does not number them).
+//
+// A namespace is a tenant, as vLLM's cache_salt is, and goes on the wire
+// where vLLM puts the salt: as the last of the extra keys of a chain's
+// first block (the block without a parent). kvtier's block hashes differ
+// between namespaces already (radix/HASHING.md), but a router that
+// computes its own keys from the events' tokens (llm-d's indexer does)
+// sees the same tokens under two tenants as one block unless the salt is
+// among the extra keys: it would credit one tenant with the other's
+// blocks, and drop a tenant's entry when the other's copy goes. With the
+// salt, such a router keeps them apart (and, unless it salts the
+// prompts it scores the same way, finds no tenant's blocks rather than
+// another tenant's). OmitNamespace leaves the salt out.
+//
+// Extra keys become one entry per block, shaped by ExtraKeys: the block's
+// extra key values as integers (ExtraKeyValues, the default), or as vLLM
+// writes a multimodal item's key (ExtraKeyPairs, ExtraKeyIdentifiers),
+// with the LoRA name first as vLLM puts it.
 //
 // A Translator keeps, per block of the cache's prefix tree, what it needs
 // to announce the block again: its parent, children, media, tokens and
 // extra keys (about 100 bytes plus 4 per token). It is not safe for
 // concurrent use.
 type Translator struct {
+	// ExtraKeys shapes the extra keys of BlockStored; set it before the
+	// first Append.
+	ExtraKeys ExtraKeyShape
+	// OmitNamespace leaves the namespace (cache_salt) out of the extra
+	// keys; set it before the first Append.
+	OmitNamespace bool
+
 	blocks map[uint64]*block
 	names  []string
 }
+
+// ExtraKeyShape is how a Translator writes a block's extra keys.
+type ExtraKeyShape int
+
+const (
+	// ExtraKeyValues writes each extra key's Value as an unsigned
+	// integer: kvtier's own keys, read back by a kvtier consumer.
+	ExtraKeyValues ExtraKeyShape = iota
+	// ExtraKeyPairs writes the block's entry as vLLM does for a
+	// multimodal request before version 0.18: the LoRA name (if any),
+	// then each key as [identifier, offset] (the identifier the Value in
+	// 16 lower-case hex digits, the offset the key's token position
+	// within the block), then the namespace on a chain's first block.
+	ExtraKeyPairs
+	// ExtraKeyIdentifiers is ExtraKeyPairs with each key as its bare
+	// identifier string, as vLLM writes it from version 0.18.
+	ExtraKeyIdentifiers
+)
 
 // block is the Translator's record of a block of the cache's tree.
 type block struct {
@@ -67,7 +104,7 @@ type block struct {
 	// medium is where the block's bytes are (Dropped: not whole);
 	// announced the medium consumers were told (Dropped: none).
 	medium, announced kvcache.Tier
-	lora              string
+	lora, namespace   string
 	blockSize         int
 	tokens            []uint32
 	extra             []any
@@ -103,7 +140,7 @@ func (tr *Translator) Append(dst []Event, evs []kvcache.Event) []Event {
 		switch e.Kind {
 		case kvcache.BlockStored:
 			b := &block{parent: e.ParentHash, hasParent: e.HasParent, medium: e.To, announced: kvcache.Dropped}
-			b.set(e)
+			tr.set(b, e)
 			tr.blocks[e.Hash] = b
 			if p := tr.blocks[e.ParentHash]; e.HasParent && p != nil {
 				p.children = append(p.children, e.Hash)
@@ -116,7 +153,7 @@ func (tr *Translator) Append(dst []Event, evs []kvcache.Event) []Event {
 			}
 			b.medium = e.To
 			if e.To != kvcache.Dropped {
-				b.set(e)
+				tr.set(b, e)
 			}
 			dst = tr.settle(dst, e.Hash, b)
 		case kvcache.BlockRemoved:
@@ -139,17 +176,39 @@ func (tr *Translator) Append(dst []Event, evs []kvcache.Event) []Event {
 	return dst
 }
 
-// set copies what a BlockStored of e's block carries.
-func (b *block) set(e *kvcache.Event) {
-	b.lora, b.blockSize = e.LoRA, e.BlockSize
+// set copies into b what a BlockStored of e's block carries, its extra
+// keys in the Translator's shape.
+func (tr *Translator) set(b *block, e *kvcache.Event) {
+	b.lora, b.namespace, b.blockSize = e.LoRA, e.Namespace, e.BlockSize
 	b.tokens = append(b.tokens[:0], e.Tokens...)
 	b.extra = b.extra[:0]
+	if tr.ExtraKeys != ExtraKeyValues && e.LoRA != "" {
+		b.extra = append(b.extra, e.LoRA)
+	}
 	for _, x := range e.Extra {
-		b.extra = append(b.extra, x.Value)
+		b.extra = append(b.extra, tr.extraKey(x, e.BlockSize))
+	}
+	if !tr.OmitNamespace && !e.HasParent && e.Namespace != "" {
+		b.extra = append(b.extra, e.Namespace)
 	}
 	if len(b.extra) == 0 {
 		b.extra = nil
 	}
+}
+
+// extraKey writes x in the Translator's shape.
+func (tr *Translator) extraKey(x radix.ExtraKey, blockSize int) any {
+	switch tr.ExtraKeys {
+	case ExtraKeyPairs:
+		off := 0
+		if blockSize > 0 {
+			off = x.Pos % blockSize
+		}
+		return []any{fmt.Sprintf("%016x", x.Value), off}
+	case ExtraKeyIdentifiers:
+		return fmt.Sprintf("%016x", x.Value)
+	}
+	return x.Value
 }
 
 // reachable reports whether consumers should hold block b: it holds bytes
