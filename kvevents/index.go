@@ -2,6 +2,7 @@ package kvevents
 
 import (
 	"iter"
+	"math"
 	"math/bits"
 	"slices"
 	"strings"
@@ -22,9 +23,12 @@ import (
 // server: a block held by several servers is one entry, and Score reads
 // each of the prompt's blocks once for all servers.
 //
-// No call holds the Index's lock for long: Apply gives it up every 1,024
-// block changes, and dropping a server's blocks (Forget, AllBlocksCleared)
-// hides them at once and deletes them in the same bounded steps.
+// The calls a router makes hold the Index's lock briefly: Apply gives it
+// up every 1,024 block changes, and dropping a server's blocks (Forget,
+// AllBlocksCleared) hides them at once and deletes them in steps of 1,024
+// entries (Blocks, meant for checks, reads the whole Index in one hold).
+// An Index tells 64 media apart: the 64th medium name it meets and every
+// later one count as one.
 type Index struct {
 	// DropOrphans makes Apply drop a BlockStored run whose parent the
 	// server does not hold on any medium, as vLLM's consumers do (they
@@ -39,8 +43,9 @@ type Index struct {
 	// servers is indexed by server id. An id is a server's until its
 	// blocks are dropped (Forget, AllBlocksCleared): it is then dead, its
 	// holders are ignored, deleted in steps (purge), and the id goes back
-	// to free for a later server. So ids stay as few as the servers, and
-	// a Score's scratch is indexed by them.
+	// to free for a later server (at once if it held nothing). So ids are
+	// about as many as the servers, and a Score's scratch is indexed by
+	// them.
 	servers []serverRec
 	free    []uint32
 	byName  map[string]uint32 // the live id of each server
@@ -65,7 +70,8 @@ type holder struct {
 type serverRec struct {
 	name   string
 	live   bool
-	blocks int // blocks the id holds on some medium
+	dead   bool // dropped, its holders not yet all deleted
+	blocks int  // blocks the id holds on some medium
 }
 
 // maxMedia is the most medium names an Index tells apart (a mask's
@@ -77,8 +83,13 @@ const maxMedia = 64
 const step = 1024
 
 // Apply applies the events of one batch published by server, in order.
-// Events it does not know, and nil ones, are skipped. Concurrent Scores
-// may see part of the batch applied (a prefix of its events, in order).
+// Events it does not know, and nil ones, are skipped. Concurrent calls
+// may see part of the batch applied: a prefix of its block changes, in
+// order. A Forget of the server that runs between two of Apply's steps
+// drops what was applied so far, and the rest of the batch makes the
+// server known again; a router that applies and forgets a server's
+// batches from one goroutine (as it follows one Subscriber) never sees
+// that.
 func (ix *Index) Apply(server string, b Batch) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
@@ -110,9 +121,12 @@ func (ix *Index) Apply(server string, b Batch) {
 		}
 	}
 	removed := func(e *BlockRemoved) {
-		bit := ix.bit(e.Medium)
+		i, known := ix.mediaIx[e.Medium]
+		if !known && len(ix.media) == maxMedia {
+			i, known = maxMedia-1, true
+		}
 		for _, h := range e.BlockHashes {
-			if !ix.remove(h, id, bit) {
+			if !known || !ix.remove(h, id, 1<<i) {
 				ix.strays++
 			}
 			pause()
@@ -138,6 +152,9 @@ func (ix *Index) Apply(server string, b Batch) {
 		case AllBlocksCleared, *AllBlocksCleared:
 			if p, ok := e.(*AllBlocksCleared); ok && p == nil {
 				continue
+			}
+			if ix.servers[id].blocks == 0 {
+				continue // nothing to clear: keep the id
 			}
 			ix.drop(id)
 			id = ix.idOf(server)
@@ -245,56 +262,61 @@ func (ix *Index) drop(id uint32) {
 	}
 	s.live = false
 	delete(ix.byName, s.name)
+	if s.blocks == 0 { // no holder names it: free it now
+		*s = serverRec{}
+		ix.free = append(ix.free, id)
+		return
+	}
+	s.dead = true
 }
 
-// purge deletes the holders of dead ids and frees the ids, giving the
-// lock up every step entries, until no id is dead (a server dropped
-// meanwhile is purged too; a call that drops one while another purges
-// leaves it to that purge). (Go lets a map be changed while it is
-// ranged over; the lock orders those changes with the range's reads.)
-// The caller holds the lock.
+// purge deletes the holders of the ids dead when it starts, in one pass
+// over the map that gives the lock up every step entries, and frees those
+// ids. A server dropped meanwhile (by a call that finds a purge under way
+// and leaves it) has its holders deleted where the pass has yet to go,
+// and the rest by the next purge, which the next Apply or Forget runs.
+// (Go lets a map be changed while it is ranged over; the lock orders those
+// changes with the range's reads.) The caller holds the lock.
 func (ix *Index) purge() {
 	if ix.purging {
 		return
 	}
+	var dead []uint32
+	for id := range ix.servers {
+		if ix.servers[id].dead {
+			dead = append(dead, uint32(id))
+		}
+	}
+	if len(dead) == 0 {
+		return
+	}
 	ix.purging = true
 	defer func() { ix.purging = false }()
-	for {
-		var dead []uint32
-		for id := range ix.servers {
-			if s := &ix.servers[id]; !s.live && s.name != "" {
-				dead = append(dead, uint32(id))
+	n := 0
+	for h, hs := range ix.blocks {
+		keep := hs[:0]
+		for _, x := range hs {
+			if !ix.servers[x.server].dead {
+				keep = append(keep, x)
 			}
 		}
-		if len(dead) == 0 {
-			return
+		if len(keep) == 0 {
+			delete(ix.blocks, h)
+		} else if len(keep) < len(hs) {
+			clear(hs[len(keep):])
+			ix.blocks[h] = keep
 		}
-		n := 0
-		for h, hs := range ix.blocks {
-			keep := hs[:0]
-			for _, x := range hs {
-				if !slices.Contains(dead, x.server) {
-					keep = append(keep, x)
-				}
-			}
-			if len(keep) == 0 {
-				delete(ix.blocks, h)
-			} else if len(keep) < len(hs) {
-				clear(hs[len(keep):])
-				ix.blocks[h] = keep
-			}
-			if n++; n == step {
-				n = 0
-				ix.mu.Unlock()
-				ix.mu.Lock()
-			}
+		if n++; n == step {
+			n = 0
+			ix.mu.Unlock()
+			ix.mu.Lock()
 		}
-		// No holder names a dead id now (no call gives one to a dead
-		// id), so the ids can serve again.
-		for _, id := range dead {
-			ix.servers[id] = serverRec{}
-			ix.free = append(ix.free, id)
-		}
+	}
+	// No holder names those ids now (no call gives one to a dead id), so
+	// they can serve again.
+	for _, id := range dead {
+		ix.servers[id] = serverRec{}
+		ix.free = append(ix.free, id)
 	}
 }
 
@@ -357,9 +379,9 @@ func (ix *Index) Len(server string) int {
 }
 
 // Blocks returns an iterator over server's blocks and their media (sorted
-// by name), in no particular order. It reads the whole Index (every
-// server's blocks) into a list first, under the read lock, and yields
-// from the list without it: it is meant for checks and tools, not for a
+// by name), in no particular order. It lists them first, in one pass over
+// every server's blocks under the read lock, and yields from the list
+// without it: it is meant for checks and tools, not for a
 // router's requests.
 func (ix *Index) Blocks(server string) iter.Seq2[uint64, []string] {
 	return func(yield func(uint64, []string) bool) {
@@ -420,9 +442,10 @@ func (ix *Index) Match(server string, hashes []uint64) int {
 
 // Forget drops what the Index knows about server, as a router does when
 // it missed events it cannot replay (see Message.Missed). Its blocks stop
-// counting at once; they are deleted before Forget returns (or, when
-// another call is deleting a dropped server's blocks, by that call), in
-// steps between which other calls run.
+// counting at once. They are deleted before Forget returns, in steps
+// between which other calls run, unless another call is deleting dropped
+// servers' blocks at the time: then that call or the next Apply or Forget
+// deletes them.
 func (ix *Index) Forget(server string) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
@@ -452,8 +475,8 @@ func (ix *Index) Strays() uint64 {
 
 // Weights gives the worth of a cached block by the medium it is on, for
 // Score: a block a server holds on the GPU saves it more than one it must
-// first load from disk. A medium it does not name weighs 1, so nil
-// Weights make every held block worth 1.
+// first load from disk. A medium it does not name (or names with NaN)
+// weighs 1, so nil Weights make every held block worth 1.
 type Weights map[string]float64
 
 // Score is one server's standing for a prompt.
@@ -513,7 +536,7 @@ func (ix *Index) Score(dst []Score, hashes []uint64, w Weights) []Score {
 	}
 	for i, m := range ix.media {
 		weight[i] = 1
-		if v, ok := w[m]; ok {
+		if v, ok := w[m]; ok && !math.IsNaN(v) {
 			weight[i] = v
 		}
 	}

@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"math"
 	"slices"
 	"strings"
 )
@@ -78,7 +79,7 @@ func (ix *refIndex) score(hashes []uint64, w Weights) []Score {
 			best := 0.0
 			for i, m := range blocks[h] {
 				v, ok := w[m]
-				if !ok {
+				if !ok || math.IsNaN(v) {
 					v = 1
 				}
 				if i == 0 || v > best {
