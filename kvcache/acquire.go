@@ -174,7 +174,7 @@ func (c *Cache) acquireDense(s *sequence, tokens []uint32, nodes []*radix.Node[i
 	}
 	for i := matched; i < nb; i++ {
 		prio, dur := c.priority(s, i)
-		b := c.newBlock(i, s.chunks(nb), prio, dur)
+		b := c.newBlock(i, s.chunks(nb), prio, dur, s.keys.Namespace)
 		c.ref(b, false)
 		blocks = append(blocks, b)
 	}

@@ -497,7 +497,7 @@ func (op *longAcquire) place(c *Cache) func() error {
 				}
 			} else {
 				prio, dur := c.priority(s, i)
-				b := c.newBlock(i, s.chunks(op.nb), prio, dur)
+				b := c.newBlock(i, s.chunks(op.nb), prio, dur, s.keys.Namespace)
 				c.ref(b, false)
 				s.blocks = append(s.blocks, b)
 				src := int32(-1)

@@ -192,7 +192,7 @@ func (c *Cache) adoptRange(req Request, lo, hi int, t Tier, pr *adoptProgress) (
 		return k, nil
 	}
 	blocks, B := hi, c.geom.blockTokens
-	plan := c.planAdoption(nodes, lo, blocks, t)
+	plan := c.planAdoption(nodes, lo, blocks, t, c.tenantOf(req.Namespace))
 	if len(plan.units) == 0 {
 		return plan.blocks, nil
 	}
@@ -219,7 +219,7 @@ func (c *Cache) adoptRange(req Request, lo, hi int, t Tier, pr *adoptProgress) (
 		// Without pins nothing planAdoption reads has changed since
 		// (the plan is still in its buffer), and the blocks past the
 		// match, which have no units to pin, are planned once.
-		plan = c.planAdoption(nodes, lo, blocks, t)
+		plan = c.planAdoption(nodes, lo, blocks, t, c.tenantOf(req.Namespace))
 		if len(plan.units) == 0 {
 			c.commit()
 			return plan.blocks, nil
@@ -232,7 +232,7 @@ func (c *Cache) adoptRange(req Request, lo, hi int, t Tier, pr *adoptProgress) (
 			if i > 0 && plan.units[i-1].index == pu.index {
 				pu.b = plan.units[i-1].b
 			} else {
-				pu.b = c.newBlock(int(pu.index), blocks, eviction.DefaultPriority, 0)
+				pu.b = c.newBlock(int(pu.index), blocks, eviction.DefaultPriority, 0, req.Namespace)
 			}
 		}
 		if i == 0 || pu.b != plan.units[i-1].b {
@@ -240,7 +240,7 @@ func (c *Cache) adoptRange(req Request, lo, hi int, t Tier, pr *adoptProgress) (
 		}
 		u := base | UnitID(pu.slice)
 		p := int(c.geom.slicePool[pu.slice])
-		s, ok, err := c.adoptSlot(t, p)
+		s, ok, err := c.adoptSlot(t, p, u)
 		if err == nil && !ok {
 			// planAdoption counted the slots.
 			err = c.poison(c.tiers.arena(t, p), "Evict found no victim among %d evictable units", c.tiers.arena(t, p).evictable())
@@ -248,7 +248,7 @@ func (c *Cache) adoptRange(req Request, lo, hi int, t Tier, pr *adoptProgress) (
 		if err != nil {
 			return 0, c.abort(err)
 		}
-		c.tiers.arena(t, p).owner[s] = u
+		c.tiers.arena(t, p).setOwner(s, u)
 		pu.u, pu.slot = u, s
 	}
 	// Nothing fails from here on: the new blocks enter the tree.
@@ -352,7 +352,7 @@ type adoptedUnit struct {
 // already: the dropped units of known blocks that nothing uses, then every
 // unit of the blocks past the match, as long as the tier can take them
 // whole. The units are in a scratch buffer, valid until the next call.
-func (c *Cache) planAdoption(nodes []*radix.Node[int32], lo, blocks int, t Tier) adoption {
+func (c *Cache) planAdoption(nodes []*radix.Node[int32], lo, blocks int, t Tier, tenant uint8) adoption {
 	g := c.geom
 	room := c.scratch.room[:0]
 	for range g.pools {
@@ -364,6 +364,9 @@ func (c *Cache) planAdoption(nodes []*radix.Node[int32], lo, blocks int, t Tier)
 		room[p] = len(a.free)
 		if t == c.tiers.last() {
 			room[p] = a.available()
+		}
+		if at := a.tenants; at != nil {
+			room[p] = at.roomFor(int(at.of[tenant]), len(a.free), t == c.tiers.last())
 		}
 	}
 	plan := adoption{blocks: lo, units: c.scratch.adopted[:0]}
@@ -442,13 +445,16 @@ func (c *Cache) adoptable(t Tier) bool {
 // says of the tiers it keeps in stores.
 type storeTiers interface{ Stores(t Tier) bool }
 
-// adoptSlot returns a slot of tier t in pool p for Adopt: a free one, or,
-// on the last tier, one a victim leaves (dropped).
-func (c *Cache) adoptSlot(t Tier, p int) (int32, bool, error) {
+// adoptSlot returns a slot of tier t in pool p for Adopt's unit u: a free
+// one, or, on the last tier, one a victim leaves (dropped).
+func (c *Cache) adoptSlot(t Tier, p int, u UnitID) (int32, bool, error) {
 	if t == c.tiers.last() {
-		return c.takeSlot(t, p)
+		return c.takeSlot(t, p, u)
 	}
 	a := c.tiers.arena(t, p)
+	if a.atCap(u) {
+		return 0, false, nil
+	}
 	s, ok := a.pop()
 	if ok {
 		c.tx.log(undoRec{kind: undoSlot, tier: t, pool: int32(p), slot: s, u: noUnit})

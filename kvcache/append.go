@@ -91,7 +91,7 @@ func (c *Cache) appendTo(s *sequence, tokens []uint32) (Plan, error) {
 	blocks := s.blocks
 	for i := nb; i < nb2; i++ {
 		prio, dur := c.priority(s, i)
-		b := c.newBlock(i, s.chunks(nb2), prio, dur)
+		b := c.newBlock(i, s.chunks(nb2), prio, dur, s.keys.Namespace)
 		c.ref(b, s.sparse)
 		blocks = append(blocks, b)
 	}

@@ -53,6 +53,10 @@ type arena struct {
 	replaying bool
 	// cache is the owner, poisoned when the policy panics.
 	cache *Cache
+	// tenants is the namespaces' shares of the arena (TierConfig.Shares,
+	// see shares.go): a policy per namespace with a share and the slots
+	// each holds. Nil without shares.
+	tenants *arenaTenants
 
 	// keyUnits is the number of units one policy key stands for: 1, or
 	// the pool's units per block under Config.BlockKeys (see
@@ -130,7 +134,7 @@ func (a *arena) pop() (int32, bool) {
 
 // push returns slot s to the free list.
 func (a *arena) push(s int32) {
-	a.owner[s] = noUnit
+	a.setOwner(s, noUnit)
 	a.txPinned[s] = false
 	a.free = append(a.free, s)
 }
@@ -179,6 +183,9 @@ func (a *arena) track(u UnitID, pinned bool) {
 	if pinned {
 		a.pinned++
 	}
+	if a.tenants != nil {
+		a.countTracked(u, 1, b2i(pinned))
+	}
 }
 
 func (a *arena) pin(u UnitID) {
@@ -188,6 +195,9 @@ func (a *arena) pin(u UnitID) {
 		a.policyPin(u)
 	}
 	a.pinned++
+	if a.tenants != nil {
+		a.countTracked(u, 0, 1)
+	}
 }
 
 func (a *arena) unpin(u UnitID) {
@@ -197,6 +207,9 @@ func (a *arena) unpin(u UnitID) {
 		a.policyUnpin(u)
 	}
 	a.pinned--
+	if a.tenants != nil {
+		a.countTracked(u, 0, -1)
+	}
 }
 
 // pinResident pins u, which holds slot s of the arena, for the running
@@ -228,6 +241,9 @@ func (a *arena) remove(u UnitID, pinned bool) {
 	if pinned {
 		a.pinned--
 	}
+	if a.tenants != nil {
+		a.countTracked(u, -1, -b2i(pinned))
+	}
 }
 
 // tellsHits reports whether the cache calls p.Access for a hit. The hit is
@@ -246,6 +262,9 @@ func (a *arena) evict() (UnitID, bool) {
 	u, ok := a.policyEvict()
 	if ok {
 		a.tracked--
+		if a.tenants != nil {
+			a.countTracked(u, -1, 0)
+		}
 	}
 	return u, ok
 }
@@ -272,4 +291,12 @@ func (a *arena) forget(u UnitID) {
 		return
 	}
 	a.policyForget(u)
+}
+
+// b2i returns 1 for true, 0 for false.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

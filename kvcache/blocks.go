@@ -135,7 +135,7 @@ func (c *Cache) lacksBytes(b int32, pools []bool) bool {
 func (c *Cache) recomputeCopy(twin int32, sparse bool) int32 {
 	t := c.units.blk(twin)
 	index, chunks, prio, dur, hash := int(t.index), int(t.chunks), int(t.prio), t.prioDur, t.node.Hash()
-	b := c.newBlock(index, chunks, prio, dur)
+	b := c.newBlock(index, chunks, prio, dur, t.node.Keys().Namespace)
 	r := c.units.blk(b)
 	r.twin = twin
 	r.hash = hash

@@ -59,6 +59,9 @@ type Cache struct {
 	keyed  KeyedEngine // engine, when it is one
 	// blockKeys is Config.BlockKeys (see blockkeys.go).
 	blockKeys bool
+	// tenants numbers the namespaces with a share of some tier (see
+	// shares.go).
+	tenants tenants
 	// partialReuse is Config.PartialReuse (see partial.go).
 	partialReuse bool
 	xfer         transfers // transfers in flight (transfers.go)
@@ -134,6 +137,9 @@ func New(cfg Config) (*Cache, error) {
 		r := *cfg.Recompute
 		c.recompute = &r
 	}
+	if err := c.numberTenants(&cfg); err != nil {
+		return nil, err
+	}
 	slots, err := c.buildTiers(cfg)
 	if err != nil {
 		return nil, err
@@ -182,6 +188,9 @@ func validateConfig(cfg *Config) error {
 		names[name] = i
 		if t.Capacity == (Capacity{}) {
 			return fmt.Errorf("%w: tier %d (%s) has no capacity", ErrInvalidConfig, i+1, name)
+		}
+		if err := validateShares(cfg, i, name); err != nil {
+			return err
 		}
 		if t.WriteThrough && i == 0 {
 			return fmt.Errorf("%w: tier 1 (%s) has WriteThrough: only a tier below the GPU may", ErrInvalidConfig, name)
@@ -241,6 +250,9 @@ func (c *Cache) buildTiers(cfg Config) ([][]int, error) {
 			}
 			a, err := c.makeArena(info, factory)
 			if err != nil {
+				return nil, err
+			}
+			if err := c.shareArena(a, info, tc.Shares, factory); err != nil {
 				return nil, err
 			}
 			level.arenas = append(level.arenas, a)

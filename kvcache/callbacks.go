@@ -94,7 +94,11 @@ func (a *arena) policyInsert(u UnitID, e eviction.Entry) (err error) {
 	}
 	returned := false
 	defer a.recoverPolicy("Insert", &err, &returned)
-	err = a.policy.Insert(u, e)
+	if ps := a.policyFor(u); ps != nil {
+		err = ps.p.Insert(u, e)
+	} else {
+		err = a.policy.Insert(u, e)
+	}
 	returned = true
 	return err
 }
@@ -105,7 +109,11 @@ func (a *arena) policyInsertPinned(u UnitID, e eviction.Entry) (err error) {
 	}
 	returned := false
 	defer a.recoverPolicy("InsertPinned", &err, &returned)
-	err = a.pinnedInserter.InsertPinned(u, e)
+	if ps := a.policyFor(u); ps != nil {
+		err = ps.pi.InsertPinned(u, e)
+	} else {
+		err = a.pinnedInserter.InsertPinned(u, e)
+	}
 	returned = true
 	return err
 }
@@ -116,7 +124,11 @@ func (a *arena) policyPin(u UnitID) {
 	}
 	returned := false
 	defer a.recoverPolicy("Pin", nil, &returned)
-	a.policy.Pin(u)
+	if ps := a.policyFor(u); ps != nil {
+		ps.p.Pin(u)
+	} else {
+		a.policy.Pin(u)
+	}
 	returned = true
 }
 
@@ -126,7 +138,11 @@ func (a *arena) policyUnpin(u UnitID) {
 	}
 	returned := false
 	defer a.recoverPolicy("Unpin", nil, &returned)
-	a.policy.Unpin(u)
+	if ps := a.policyFor(u); ps != nil {
+		ps.p.Unpin(u)
+	} else {
+		a.policy.Unpin(u)
+	}
 	returned = true
 }
 
@@ -136,7 +152,11 @@ func (a *arena) policyRemove(u UnitID) {
 	}
 	returned := false
 	defer a.recoverPolicy("Remove", nil, &returned)
-	a.policy.Remove(u)
+	if ps := a.policyFor(u); ps != nil {
+		ps.p.Remove(u)
+	} else {
+		a.policy.Remove(u)
+	}
 	returned = true
 }
 
@@ -146,7 +166,11 @@ func (a *arena) policyAccess(u UnitID) {
 	}
 	returned := false
 	defer a.recoverPolicy("Access", nil, &returned)
-	a.policy.Access(u)
+	if ps := a.policyFor(u); ps != nil {
+		ps.p.Access(u)
+	} else {
+		a.policy.Access(u)
+	}
 	returned = true
 }
 
@@ -156,7 +180,11 @@ func (a *arena) policyForget(u UnitID) {
 	}
 	returned := false
 	defer a.recoverPolicy("Forget", nil, &returned)
-	a.forgetter.Forget(u)
+	if ps := a.policyFor(u); ps != nil {
+		ps.fg.Forget(u)
+	} else {
+		a.forgetter.Forget(u)
+	}
 	returned = true
 }
 
@@ -173,35 +201,43 @@ func (a *arena) policyEvict() (u UnitID, ok bool) {
 	return u, ok
 }
 
+// policyEvictTenant asks the policy of the arena's tenant t (see
+// shares.go) for a victim; a muted or panicking policy gives none.
+func (a *arena) policyEvictTenant(t int) (u UnitID, ok bool) {
+	if a.muted() {
+		return 0, false
+	}
+	returned := false
+	defer a.recoverPolicy("Evict", nil, &returned)
+	u, ok = a.tenants.list[t].pol.p.Evict()
+	returned = true
+	return u, ok
+}
+
 // policyBegin, policyCommit and policyRollback drive a policy that
-// implements eviction.Transactional (txPolicy).
-func (a *arena) policyBegin() {
-	if a.txPolicy == nil || a.broken != nil {
-		return
-	}
-	returned := false
-	defer a.recoverPolicy("Begin", nil, &returned)
-	a.txPolicy.Begin()
-	returned = true
-}
+// implements eviction.Transactional (txPolicy), and the policies of the
+// arena's tenants (every one built by the same factory).
+func (a *arena) policyBegin() { a.eachTx("Begin", eviction.Transactional.Begin) }
 
-func (a *arena) policyCommit() {
-	if a.txPolicy == nil || a.broken != nil {
-		return
-	}
-	returned := false
-	defer a.recoverPolicy("Commit", nil, &returned)
-	a.txPolicy.Commit()
-	returned = true
-}
+func (a *arena) policyCommit() { a.eachTx("Commit", eviction.Transactional.Commit) }
 
-func (a *arena) policyRollback() {
+func (a *arena) policyRollback() { a.eachTx("Rollback", eviction.Transactional.Rollback) }
+
+// eachTx calls f on the arena's transactional policy, or on each of its
+// tenants' policies.
+func (a *arena) eachTx(call string, f func(eviction.Transactional)) {
 	if a.txPolicy == nil || a.broken != nil {
 		return
 	}
 	returned := false
-	defer a.recoverPolicy("Rollback", nil, &returned)
-	a.txPolicy.Rollback()
+	defer a.recoverPolicy(call, nil, &returned)
+	if a.tenants == nil {
+		f(a.txPolicy)
+	} else {
+		for i := range a.tenants.list {
+			f(a.tenants.list[i].pol.tx)
+		}
+	}
 	returned = true
 }
 

@@ -116,7 +116,7 @@ func (c *Cache) forkOf(s *sequence, cl *forkClaim) (Plan, error) {
 	if full < nb {
 		prio, dur := c.priority(s, full)
 		cowSrc = child.blocks[full]
-		cowDst = c.newBlock(full, s.chunks(nb), prio, dur)
+		cowDst = c.newBlock(full, s.chunks(nb), prio, dur, s.keys.Namespace)
 		c.ref(cowDst, child.sparse)
 		child.blocks[full] = cowDst
 	}

@@ -339,8 +339,11 @@ func (c *Cache) accounting(policies bool) error {
 		}
 	}
 	for b := range c.units.records() {
-		if c.units.blk(b).live && c.units.blk(b).node != nil {
+		if r := c.units.blk(b); r.live && r.node != nil {
 			treeNodes--
+			if want := c.tenantOf(r.node.Keys().Namespace); r.tenant != want {
+				return fmt.Errorf("block %d of namespace %q counts as tenant %d, not %d", b, r.node.Keys().Namespace, r.tenant, want)
+			}
 		}
 	}
 	if treeNodes != 0 {
@@ -370,7 +373,7 @@ func (c *Cache) accounting(policies bool) error {
 // its policy tracks every used slot.
 func (a *arena) check(used, pinned int, policies bool) error {
 	n := a.capacity() - len(a.free)
-	if n != used || a.tracked != n || (policies && !a.grouped() && a.policy.Len() != n) {
+	if n != used || a.tracked != n || (policies && !a.grouped() && a.tenants == nil && a.policy.Len() != n) {
 		return fmt.Errorf("%s: %d slots used, %d units resident, %d tracked, policy has %d",
 			a.tier, n, used, a.tracked, a.policy.Len())
 	}
@@ -388,6 +391,50 @@ func (a *arena) check(used, pinned int, policies bool) error {
 			return fmt.Errorf("%s: free slot %d duplicated or owned", a.tier, s)
 		}
 		seen[s] = true
+	}
+	return a.checkTenants(policies)
+}
+
+// checkTenants verifies an arena's shares (see shares.go): the slots each
+// tenant's units own, counted slot by slot, and the slot's recorded
+// tenant; tracked and pinned counts that add up to the arena's; and (with
+// policies) tenants' policies that track their tenant's units.
+func (a *arena) checkTenants(policies bool) error {
+	at := a.tenants
+	if at == nil {
+		return nil
+	}
+	used := make([]int, len(at.list))
+	for s, o := range a.owner {
+		if o == noUnit {
+			continue
+		}
+		t := a.tenantOf(o)
+		if int(at.slot[s]) != t {
+			return fmt.Errorf("%s: slot %d (unit %d) recorded for tenant %d, its block's is %d", a.tier, s, o, at.slot[s], t)
+		}
+		used[t]++
+	}
+	tracked, pinned, keys := 0, 0, 0
+	for i := range at.list {
+		x := &at.list[i]
+		if x.used != used[i] || x.tracked != used[i] {
+			return fmt.Errorf("%s: namespace %q counts %d slots used and %d units tracked, %d found", a.tier, x.namespace, x.used, x.tracked, used[i])
+		}
+		if x.pinned < 0 || x.pinned > x.tracked {
+			return fmt.Errorf("%s: namespace %q counts %d pinned of %d", a.tier, x.namespace, x.pinned, x.tracked)
+		}
+		tracked += x.tracked
+		pinned += x.pinned
+		if policies {
+			if n := x.pol.p.Len(); n != x.tracked {
+				return fmt.Errorf("%s: namespace %q policy has %d keys, %d units tracked", a.tier, x.namespace, n, x.tracked)
+			}
+			keys += x.pol.p.Len()
+		}
+	}
+	if tracked != a.tracked || pinned != a.pinned {
+		return fmt.Errorf("%s: namespaces count %d tracked and %d pinned, the arena %d and %d", a.tier, tracked, pinned, a.tracked, a.pinned)
 	}
 	return nil
 }

@@ -42,7 +42,7 @@ func (c *Cache) mergeBlock(s *sequence, i int, n *radix.Node[int32]) {
 		}
 		// Insert before releasing x's slot below, so that a refusal
 		// leaves x as it was.
-		ga.owner[slot] = x
+		ga.setOwner(slot, x)
 		if err := ga.insert(x, c.entryOf(x), pins > 0); err != nil {
 			// x takes the slot all the same, so that slots and pins
 			// stay exact; only the policy does not know it.

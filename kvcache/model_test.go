@@ -146,6 +146,20 @@ type modelConfig struct {
 	// blockKeys is Config.BlockKeys; partial Config.PartialReuse (with no
 	// recompute: predictAcquire predicts a partial copy without a cost).
 	blockKeys, partial bool
+	// shares gives the workload's namespaces shares of every tier below
+	// the GPU (see modelShares).
+	shares bool
+}
+
+// modelShares are the shares of tier i (from 1, below the GPU) a model
+// configuration with shares has: namespace "a" reserves part of each tier
+// and is capped, "b" is capped on the CPU and reserves most of the tiers
+// below, "" (and the workload's other keys) shares the rest.
+func modelShares(i int) []Share {
+	if i == 1 {
+		return []Share{{Namespace: "a", Reserve: 0.3, Cap: 0.6}, {Namespace: "b", Cap: 0.3}}
+	}
+	return []Share{{Namespace: "a", Reserve: 0.2, Cap: 0.5}, {Namespace: "b", Reserve: 0.5}}
 }
 
 func constFactory(f PolicyFactory) func() PolicyFactory { return func() PolicyFactory { return f } }
@@ -214,6 +228,9 @@ func (mc modelConfig) tiers() []TierConfig {
 		}
 		if i > 0 {
 			tiers[i].Link = mc.link
+			if mc.shares {
+				tiers[i].Shares = modelShares(i)
+			}
 		}
 	}
 	switch {
@@ -2088,6 +2105,51 @@ func TestModelSliced(t *testing.T) {
 		return total
 	}, func(total map[string]int) {
 		requireMet(t, total, "long acquire failed midway", "recompute", "onboard", "long fork", "partial copy in steps")
+	})
+}
+
+// TestModelShares runs the model-based test with namespaces' shares of
+// every tier below the GPU (modelShares), with a Mover and with a
+// TransferEngine, in plain operations and in steps: the shares choose
+// other victims, which the checks do not predict, and every check holds;
+// the invariants check each namespace's counts against the slots.
+func TestModelShares(t *testing.T) {
+	steps := modelSize(1500, 500, 300)
+	var configs []modelConfig
+	for _, mc := range modelConfigs() {
+		if mc.cpu == (Capacity{}) {
+			continue
+		}
+		mc.name, mc.shares = mc.name+"-shares", true
+		configs = append(configs, mc)
+		mc.name, mc.async = mc.name+"-async", true
+		configs = append(configs, mc)
+	}
+	runConfigs(t, configs, func(t *testing.T, mc modelConfig) map[string]int {
+		var shared map[string]int
+		tally := func(h *harness) {
+			st := h.c.Stats()
+			for _, ts := range st.Tiers[1:] {
+				require.Len(t, ts.Shares, 2)
+				for _, sh := range ts.Shares {
+					require.LessOrEqual(t, sh.Reserved, sh.Cap)
+					shared["share evicted"] += int(sh.Evictions)
+					shared["dropped at a cap"] += int(sh.DropsAtCap)
+				}
+			}
+		}
+		shared = map[string]int{}
+		total, _ := runSeeds(t, mc, 1100, modelSeeds(t, 2), steps, tally)
+		sliced := mc
+		sliced.sliced = true
+		more, _ := runSeeds(t, sliced, 1200, modelSeeds(t, 1), steps/2, tally)
+		for k, v := range shared {
+			total[k] += v
+		}
+		t.Logf("%v; sliced %v", total, more)
+		return total
+	}, func(total map[string]int) {
+		requireMet(t, total, "onboard", "recompute", "share evicted", "dropped at a cap", "move down below the CPU", "backups written", "adopted")
 	})
 }
 

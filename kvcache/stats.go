@@ -62,6 +62,9 @@ type TierStats struct {
 	Missing, Corrupt uint64
 	// Adopted counts the units Cache.Adopt registered on this tier.
 	Adopted uint64
+	// Shares holds, for a tier with TierConfig.Shares, what each share
+	// holds, in the order of the configuration.
+	Shares []ShareStats
 }
 
 // HitRate returns Hits / (Hits + Misses), or 0 before any lookup.
@@ -214,4 +217,18 @@ func addArena(t *TierStats, a *arena, unit int64) {
 	t.Missing += a.missing
 	t.Corrupt += a.corrupt
 	t.Adopted += a.adopted
+	if at := a.tenants; at != nil {
+		if t.Shares == nil {
+			t.Shares = make([]ShareStats, len(at.list)-1)
+		}
+		for i := range at.list[1:] {
+			x, sh := &at.list[i+1], &t.Shares[i]
+			sh.Namespace = x.namespace
+			sh.Reserved += x.reserve
+			sh.Cap += x.cap
+			sh.Used += x.used
+			sh.Evictions += x.evictions
+			sh.DropsAtCap += x.dropsAtTheCap
+		}
+	}
 }

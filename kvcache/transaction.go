@@ -115,6 +115,9 @@ type victim struct {
 	to   int32 // the slot it moves to in the next tier, -1 if dropped
 	// backup says that to is its backup's slot: the move copies nothing.
 	backup bool
+	// atCap says that it was dropped because its namespace was at its
+	// cap of the next tier with no unit there to lose (see Share).
+	atCap bool
 }
 
 // tempPin is a copy-on-write source pinned for the batch: on the GPU (a
@@ -236,9 +239,11 @@ func (c *Cache) begin(s *sequence) {
 }
 
 // newBlock allocates a block record for the running transaction.
-func (c *Cache) newBlock(index, chunks int, prio int, dur time.Duration) int32 {
+// of namespace ns.
+func (c *Cache) newBlock(index, chunks int, prio int, dur time.Duration, ns string) int32 {
 	b := c.units.alloc(index, chunks, prio, dur)
 	c.tx.log(undoRec{kind: undoAlloc, b: b})
+	c.units.blk(b).tenant = c.tenantOf(ns)
 	return b
 }
 
@@ -383,7 +388,7 @@ func (c *Cache) execute() error {
 		}
 		p := c.poolOf(n.u)
 		copyStart, moveStart := len(t.batch), len(t.moves)
-		s, ok, err := c.takeSlot(GPU, p)
+		s, ok, err := c.takeSlot(GPU, p, n.u)
 		if err == nil && !ok {
 			// The capacity check found the slots.
 			err = c.poison(c.tiers.arena(GPU, p), "Evict found no victim among %d evictable units", c.tiers.arena(GPU, p).evictable())
@@ -396,7 +401,7 @@ func (c *Cache) execute() error {
 		// commit (no policy can pick a unit it does not know, and no
 		// rollback has to take it back).
 		n.slot = s
-		c.tiers.arena(GPU, p).owner[s] = n.u
+		c.tiers.arena(GPU, p).setOwner(s, n.u)
 		switch n.act {
 		case actOnboard:
 			t.recordMove(move{kind: moveLoad, from: n.from, u: n.u, slot: c.units.slotOf(n.u)})
@@ -621,16 +626,21 @@ func (c *Cache) copyFailed(err error) error {
 	return err
 }
 
-// takeSlot returns a slot of tier t in pool p for the running transaction,
+// takeSlot returns a slot of tier t in pool p for unit u of the running transaction,
 // making room when none is free: the arena's policy names a victim, which
 // moves down to the next tier when the Decider says so and that tier can
 // make room (recursively: its own victim's move enters the batch first),
 // and is dropped otherwise. ok is false when the arena has neither a free
 // slot nor an evictable unit. It fails only when a policy broke its
 // contract (the caller rolls back).
-func (c *Cache) takeSlot(t Tier, p int) (slot int32, ok bool, err error) {
+func (c *Cache) takeSlot(t Tier, p int, u UnitID) (slot int32, ok bool, err error) {
 	tx := &c.tx
 	a := c.tiers.arena(t, p)
+	if a.tenants != nil {
+		// The slot is for u: the shares of its namespace and the
+		// others' say which (see Share).
+		return c.takeSharedSlot(a, t, p, u)
+	}
 	if s, ok := c.tx.takeSpare(a); ok {
 		// Emptied by this operation: its victim's undo gives it back.
 		return s, true, nil
@@ -738,27 +748,29 @@ func (c *Cache) evictUnit(a *arena, t Tier, p int, v UnitID, drop bool) (slot in
 		return s, true, nil
 	}
 	if moved {
-		ds, ok, err := c.takeSlot(t+1, p)
+		ds, ok, err := c.takeSlot(t+1, p, v)
 		if err != nil {
 			return 0, false, err
 		}
 		if ok {
 			// Reserved for v, which the tier's policy hears of at
 			// commit, like every unit an operation places.
-			c.tiers.arena(t+1, p).owner[ds] = v
+			c.tiers.arena(t+1, p).setOwner(ds, v)
 			tx.recordMove(move{kind: moveDown, from: t, u: v, slot: ds})
 			tx.batch = append(tx.batch, Copy{Pool: p, From: t, FromSlot: s, To: t + 1, ToSlot: ds})
 			to = ds
 		}
 	}
+	atCap := false
 	if to < 0 {
 		// Counted out now, so that later victims of this operation see
 		// the block lacking it (see Victim.Whole).
 		b := c.units.block(v)
 		c.loseBytes(b)
 		tx.log(undoRec{kind: undoDrop, b: b})
+		atCap = moved && c.tiers.arena(t+1, p).atCap(v)
 	}
-	tx.victims = append(tx.victims, victim{u: v, tier: t, pool: int32(p), slot: s, to: to})
+	tx.victims = append(tx.victims, victim{u: v, tier: t, pool: int32(p), slot: s, to: to, atCap: atCap})
 	return s, true, nil
 }
 
@@ -818,7 +830,7 @@ func (c *Cache) undoOne(r undoRec) {
 		}
 		// Give the slot back to the victim, which still has its bytes
 		// there: the Mover wrote nothing (see Mover).
-		a.owner[r.slot] = r.u
+		a.setOwner(r.slot, r.u)
 		if st := c.units.of(r.u); st.tier != r.tier {
 			// A backup (undoBackup, undone before, gave it back its
 			// slot): tracked again, or given up if the policy refuses.
@@ -958,6 +970,13 @@ func (c *Cache) commit() {
 		v := &t.victims[i]
 		a := c.tiers.arena(v.tier, int(v.pool))
 		a.evictions++
+		if at := a.tenants; at != nil {
+			at.list[a.tenantOf(v.u)].evictions++
+		}
+		if v.atCap {
+			da := c.tiers.arena(v.tier+1, int(v.pool))
+			da.tenants.list[da.tenantOf(v.u)].dropsAtTheCap++
+		}
 		if v.backup {
 			// Its backup, which the tier's policy tracks already,
 			// becomes its location: no copy.

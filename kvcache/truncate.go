@@ -110,7 +110,7 @@ func (c *Cache) planTruncate(s *sequence, length int) truncation {
 				t.detach = true
 			} else {
 				prio, dur := c.priority(s, last)
-				t.cowDst = c.newBlock(last, s.chunks(nb), prio, dur)
+				t.cowDst = c.newBlock(last, s.chunks(nb), prio, dur, s.keys.Namespace)
 				c.ref(t.cowDst, s.sparse)
 				t.cowSrc = b
 				t.blocks[last] = t.cowDst

@@ -150,8 +150,11 @@ type blockRec struct {
 	// (sequence.chunks), for the cost model's position weight.
 	chunks int32
 	// prio and prioDur are the priority the next insert of a unit uses.
-	prio    int8
-	live    bool
+	prio int8
+	live bool
+	// tenant is the number of the block's namespace among those with a
+	// share of some tier (see shares.go), 0 for the others.
+	tenant  uint8
 	prioDur time.Duration
 	// twin is, for a private block that recomputes a cached block (see
 	// recomputeCopy), that block's record; -1 otherwise.

@@ -76,11 +76,14 @@ func (c *Cache) writeQueued() {
 			}
 			p := c.poolOf(u)
 			a := c.tiers.arena(w.tier, p)
+			if a.atCap(u) {
+				continue // a backup takes a free slot, never past the cap
+			}
 			s, ok := a.pop()
 			if !ok {
 				continue
 			}
-			a.owner[s] = u
+			a.setOwner(s, u)
 			st.backup = s + 1
 			w.units = append(w.units, u)
 			w.batch = append(w.batch, Copy{Pool: p, From: GPU, FromSlot: st.slot, To: w.tier, ToSlot: s})
@@ -194,7 +197,6 @@ func (c *Cache) freeBackup(u UnitID, tracked bool) {
 		a.remove(u, st.flags&unitBacking != 0)
 		a.backups--
 	}
-	a.owner[s] = noUnit
 	a.push(s)
 	st.backup = 0
 }
