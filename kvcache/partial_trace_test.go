@@ -1,13 +1,8 @@
 package kvcache_test
 
 import (
-	"bufio"
-	"encoding/json"
-	"errors"
-	"io/fs"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
@@ -38,42 +33,16 @@ import (
 // KVTIER_PARTIAL_TRACE_REQUESTS sets how many requests to replay (default
 // 1000 of the trace's 12,031; 0 for all).
 func TestPartialReuseOnConversationTrace(t *testing.T) {
-	path := filepath.Join("..", "..", "shared", "traces", "mooncake_conversation.jsonl")
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		t.Skipf("Mooncake trace not found at %s (the shared traces folder is absent)", path)
-	}
-	require.NoError(t, err)
-	defer f.Close()
 	limit, shared := 1000, 2000
 	if testing.Short() || oracleRace {
 		limit, shared = 200, 500 // a measurement: short under -short and the race detector
 	}
 	if v := os.Getenv("KVTIER_PARTIAL_TRACE_REQUESTS"); v != "" {
+		var err error
 		limit, err = strconv.Atoi(v)
 		require.NoError(t, err)
 	}
-	var prompts [][]uint32
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 1<<20), 16<<20)
-	for sc.Scan() && (limit == 0 || len(prompts) < limit) {
-		var r struct {
-			InputLength int      `json:"input_length"`
-			HashIDs     []uint64 `json:"hash_ids"`
-		}
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &r))
-		p := make([]uint32, 0, len(r.HashIDs)*512)
-		for _, id := range r.HashIDs {
-			x := id*0x9e3779b97f4a7c15 + 1
-			p = append(p, uint32(id))
-			for range 511 {
-				x = x*6364136223846793005 + 1442695040888963407
-				p = append(p, uint32(x>>33))
-			}
-		}
-		prompts = append(prompts, p[:min(len(p), r.InputLength)])
-	}
-	require.NoError(t, sc.Err())
+	prompts, _ := conversationTrace(t, limit)
 
 	// Three system prompts of 50, 300 and 1000 tokens, each followed by a
 	// question of 20 to 200 tokens; every tenth request repeats an earlier

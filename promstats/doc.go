@@ -45,6 +45,15 @@
 //	kvtier_tier_pinned_bytes           gauge    bytes of the pinned slots (PinnedBytes)
 //	kvtier_tier_cached_bytes           gauge    bytes of the cached slots (CachedBytes)
 //
+// Per share of a tier (kvcache.TierConfig.Shares), with the labels tier and
+// namespace, from kvcache.ShareStats:
+//
+//	kvtier_share_used_slots            gauge    slots holding the namespace's units (Used)
+//	kvtier_share_reserved_slots        gauge    slots its share reserves (Reserved)
+//	kvtier_share_cap_slots             gauge    the most slots its units may hold (Cap)
+//	kvtier_share_evictions_total       counter  its units the tier evicted (Evictions)
+//	kvtier_share_drops_at_cap_total    counter  its units dropped at its cap instead of entering (DropsAtCap)
+//
 // Cache-wide, from kvcache.Stats:
 //
 //	kvtier_offloads_total              counter  units moved down a tier (Offloads)

@@ -14,6 +14,10 @@ const DefaultNamespace = "kvtier"
 // (kvcache.TierStats.Name) on the per-tier metrics.
 const TierLabel = "tier"
 
+// NamespaceLabel is the name of the label that carries a namespace on the
+// metrics of the shares of a tier (kvcache.TierStats.Shares).
+const NamespaceLabel = "namespace"
+
 // Options configures a Collector.
 type Options struct {
 	// Namespace is the first component of every metric name; empty means
@@ -21,7 +25,8 @@ type Options struct {
 	Namespace string
 	// ConstLabels are added to every metric, e.g. the server or the model
 	// the cache serves, so that several caches can be told apart in one
-	// process or one Prometheus. They must not include TierLabel.
+	// process or one Prometheus. They must not include TierLabel or
+	// NamespaceLabel.
 	ConstLabels prometheus.Labels
 }
 
@@ -33,7 +38,16 @@ type Options struct {
 type Collector struct {
 	cache  *kvcache.Cache
 	tiers  []tierMetric
+	shares []shareMetric
 	global []cacheMetric
+}
+
+// shareMetric is a per-share metric: one sample per share of a tier,
+// labelled TierLabel and NamespaceLabel.
+type shareMetric struct {
+	desc  *prometheus.Desc
+	typ   prometheus.ValueType
+	value func(kvcache.ShareStats) float64
 }
 
 // tierMetric is a per-tier metric: one sample per tier, labelled TierLabel.
@@ -75,6 +89,13 @@ func NewCollector(c *kvcache.Cache, opts Options) *Collector {
 			value: s.value,
 		})
 	}
+	for _, s := range shareSpecs() {
+		col.shares = append(col.shares, shareMetric{
+			desc:  prometheus.NewDesc(prometheus.BuildFQName(ns, "share", s.name), s.help, []string{TierLabel, NamespaceLabel}, opts.ConstLabels),
+			typ:   s.typ,
+			value: s.value,
+		})
+	}
 	for _, s := range cacheSpecs() {
 		col.global = append(col.global, cacheMetric{
 			desc:  prometheus.NewDesc(prometheus.BuildFQName(ns, "", s.name), s.help, nil, opts.ConstLabels),
@@ -91,6 +112,9 @@ func (col *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, m := range col.tiers {
 		ch <- m.desc
 	}
+	for _, m := range col.shares {
+		ch <- m.desc
+	}
 	for _, m := range col.global {
 		ch <- m.desc
 	}
@@ -105,6 +129,13 @@ func (col *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range col.tiers {
 		for _, t := range st.Tiers {
 			ch <- prometheus.MustNewConstMetric(m.desc, m.typ, m.value(t), t.Name)
+		}
+	}
+	for _, m := range col.shares {
+		for _, t := range st.Tiers {
+			for _, sh := range t.Shares {
+				ch <- prometheus.MustNewConstMetric(m.desc, m.typ, m.value(sh), t.Name, sh.Namespace)
+			}
 		}
 	}
 	for _, m := range col.global {
@@ -148,6 +179,18 @@ func tierSpecs() []spec[kvcache.TierStats] {
 		{"free_bytes", "Bytes of the tier's free slots.", gauge, func(s t) float64 { return float64(s.FreeBytes) }},
 		{"pinned_bytes", "Bytes of the tier's slots that hold a pinned unit.", gauge, func(s t) float64 { return float64(s.PinnedBytes) }},
 		{"cached_bytes", "Bytes of the tier's slots that hold an evictable cached unit.", gauge, func(s t) float64 { return float64(s.CachedBytes) }},
+	}
+}
+
+// shareSpecs returns the per-share metrics, in the order doc.go lists them.
+func shareSpecs() []spec[kvcache.ShareStats] {
+	type t = kvcache.ShareStats
+	return []spec[t]{
+		{"used_slots", "Slots of the tier that hold the namespace's units.", gauge, func(s t) float64 { return float64(s.Used) }},
+		{"reserved_slots", "Slots of the tier the namespace's share reserves: no other namespace evicts it below them.", gauge, func(s t) float64 { return float64(s.Reserved) }},
+		{"cap_slots", "The most slots of the tier the namespace's units may hold.", gauge, func(s t) float64 { return float64(s.Cap) }},
+		{"evictions_total", "Units of the namespace the tier evicted.", counter, func(s t) float64 { return float64(s.Evictions) }},
+		{"drops_at_cap_total", "Units of the namespace dropped instead of entering the tier, the namespace at its cap with no unit there to lose.", counter, func(s t) float64 { return float64(s.DropsAtCap) }},
 	}
 }
 

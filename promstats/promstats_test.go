@@ -25,7 +25,9 @@ func newCache(t *testing.T) *kvcache.Cache {
 	t.Helper()
 	l, err := layout.New(layout.Model{Name: "tiny", Layers: 2, QueryHeads: 4, KVHeads: 2, HeadDim: 2, ElemBytes: 1}, layout.PagedLayer, 4)
 	require.NoError(t, err)
-	c, err := kvcache.New(kvcache.Config{Layout: l, Tiers: kvcache.GPUAndCPU(kvcache.Capacity{Units: 8}, kvcache.Capacity{Units: 8}), EventBuffer: 4})
+	tiers := kvcache.GPUAndCPU(kvcache.Capacity{Units: 8}, kvcache.Capacity{Units: 8})
+	tiers[1].Shares = []kvcache.Share{{Namespace: "t", Reserve: 0.25, Cap: 0.5}}
+	c, err := kvcache.New(kvcache.Config{Layout: l, Tiers: tiers, EventBuffer: 4})
 	require.NoError(t, err)
 	tokens := func(first uint32, n int) []uint32 {
 		out := make([]uint32, n)
@@ -48,10 +50,17 @@ func newCache(t *testing.T) *kvcache.Cache {
 	serve(tokens(100, 16), true)                                // c: fills the GPU, a and b go to the CPU
 	assert.Positive(t, serve(tokens(1, 8), true).Onboarded)     // a again: from the CPU
 	serve(tokens(200, 4), false)                                // a live sequence, pinning a block
+	for i := range 4 {                                          // namespace t's blocks, pushed to the CPU
+		plan, err := c.Acquire(kvcache.Request{Tokens: tokens(uint32(300+10*i), 4), Namespace: "t"})
+		require.NoError(t, err)
+		require.NoError(t, c.Commit(plan.Seq, plan.Tokens))
+		require.NoError(t, c.Release(plan.Seq))
+	}
 	st := c.Stats()
 	require.Positive(t, st.Offloads)
 	require.Positive(t, st.Tier(kvcache.CPU).Hits)
 	require.Positive(t, st.Tier(kvcache.GPU).Pinned)
+	require.Positive(t, st.Tier(kvcache.CPU).Shares[0].Used)
 	return c
 }
 
@@ -99,6 +108,14 @@ func expected(st kvcache.Stats) map[string]map[string]float64 {
 		put("kvtier_tier_free_bytes", n, ts.FreeBytes)
 		put("kvtier_tier_pinned_bytes", n, ts.PinnedBytes)
 		put("kvtier_tier_cached_bytes", n, ts.CachedBytes)
+		for _, sh := range ts.Shares {
+			k := n + "/" + sh.Namespace
+			put("kvtier_share_used_slots", k, sh.Used)
+			put("kvtier_share_reserved_slots", k, sh.Reserved)
+			put("kvtier_share_cap_slots", k, sh.Cap)
+			put("kvtier_share_evictions_total", k, sh.Evictions)
+			put("kvtier_share_drops_at_cap_total", k, sh.DropsAtCap)
+		}
 	}
 	put("kvtier_offloads_total", "", st.Offloads)
 	put("kvtier_onboards_total", "", st.Onboards)
@@ -161,7 +178,12 @@ func TestCollectMatchesStats(t *testing.T) {
 		vals := map[string]float64{}
 		for _, m := range mf.Metric {
 			tier, ok := label(m, promstats.TierLabel)
-			assert.Equal(t, strings.HasPrefix(name, "kvtier_tier_"), ok, "%s: tier label", name)
+			assert.Equal(t, strings.HasPrefix(name, "kvtier_tier_") || strings.HasPrefix(name, "kvtier_share_"), ok, "%s: tier label", name)
+			ns, ok := label(m, promstats.NamespaceLabel)
+			assert.Equal(t, strings.HasPrefix(name, "kvtier_share_"), ok, "%s: namespace label", name)
+			if ok {
+				tier += "/" + ns
+			}
 			vals[tier] = value(m)
 		}
 		assert.Equal(t, want[name], vals, name)
@@ -219,7 +241,7 @@ func TestOptions(t *testing.T) {
 	c := newCache(t)
 	col := promstats.NewCollector(c, promstats.Options{Namespace: "srv", ConstLabels: prometheus.Labels{"model": "tiny"}})
 	tiers := c.Tiers()
-	assert.Equal(t, 21*tiers+18, testutil.CollectAndCount(col))
+	assert.Equal(t, 21*tiers+5+18, testutil.CollectAndCount(col)) // 5 for the CPU's one share
 	for name, mf := range gather(t, col) {
 		assert.True(t, strings.HasPrefix(name, "srv_"), name)
 		for _, m := range mf.Metric {
@@ -231,6 +253,7 @@ func TestOptions(t *testing.T) {
 
 	reg := prometheus.NewRegistry()
 	assert.Error(t, reg.Register(promstats.NewCollector(c, promstats.Options{ConstLabels: prometheus.Labels{"tier": "x"}})))
+	assert.Error(t, reg.Register(promstats.NewCollector(c, promstats.Options{ConstLabels: prometheus.Labels{"namespace": "x"}})))
 }
 
 // TestStatsPerScrape checks that each scrape reports the cache as it is.
