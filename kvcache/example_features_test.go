@@ -168,3 +168,30 @@ func ExampleConfig_blockKeys() {
 	// BlockKeys false: 18 policy inserts, 10 units evicted, 8 cached
 	// BlockKeys true: 9 policy inserts, 10 units evicted, 8 cached
 }
+
+// Shares of the CPU: a quiet tenant reserves half of it, so that a noisy
+// tenant's burst, which pushes everything off the GPU, cannot evict the
+// quiet tenant's cached prompt from the CPU; the noisy tenant's own units
+// make room for its next ones.
+func ExampleTierConfig_shares() {
+	l, _ := layout.New(layout.Model{Name: "tiny", Layers: 2, QueryHeads: 2, KVHeads: 1, HeadDim: 4, ElemBytes: 2}, layout.AllLayers, 4)
+	tiers := kvcache.GPUAndCPU(kvcache.Capacity{Units: 4}, kvcache.Capacity{Units: 8})
+	tiers[1].Shares = []kvcache.Share{{Namespace: "quiet", Reserve: 0.5}}
+	c, _ := kvcache.New(kvcache.Config{Layout: l, Tiers: tiers})
+	serve := func(ns string, tokens []uint32) int {
+		p, _ := c.Acquire(kvcache.Request{Tokens: tokens, Namespace: ns})
+		_ = c.Commit(p.Seq, len(tokens))
+		_ = c.Release(p.Seq)
+		return p.ReusedTokens
+	}
+	serve("quiet", countTo(12, 0)) // 3 blocks
+	for i := range 20 {
+		serve("noisy", countTo(8, uint32(1000+100*i)))
+	}
+	share := c.Stats().Tier(kvcache.CPU).Shares[0]
+	fmt.Printf("quiet on the CPU: %d of %d reserved slots, %d evicted\n", share.Used, share.Reserved, share.Evictions)
+	fmt.Println("quiet reuses", serve("quiet", countTo(12, 0)), "tokens")
+	// Output:
+	// quiet on the CPU: 3 of 4 reserved slots, 0 evicted
+	// quiet reuses 12 tokens
+}
