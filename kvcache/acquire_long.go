@@ -377,7 +377,7 @@ func (op *longAcquire) reserveSlots(c *Cache) func() error {
 			op.src, op.partial = -1, 0
 		}
 		for p := range g.pools {
-			if a := c.tiers.arena(GPU, p).available(); op.need[p] > a {
+			if a := c.tiers.arena(GPU, p).availableTo(c.tenantOf(op.req.Namespace)); op.need[p] > a {
 				return fmt.Errorf("%w: GPU pool %d needs %d slots, %d free or evictable", ErrNoSpace, p, op.need[p], a)
 			}
 		}
@@ -401,7 +401,7 @@ func (op *longAcquire) reserveSlots(c *Cache) func() error {
 // fits reports whether the GPU can supply the slots op needs.
 func (op *longAcquire) fits(c *Cache) bool {
 	for p := range c.geom.pools {
-		if op.need[p] > c.tiers.arena(GPU, p).available() {
+		if op.need[p] > c.tiers.arena(GPU, p).availableTo(c.tenantOf(op.req.Namespace)) {
 			return false
 		}
 	}
@@ -415,7 +415,7 @@ func (op *longAcquire) fitPrefetch(c *Cache) {
 	g := c.geom
 	avail := make([]int, len(g.pools))
 	for p := range g.pools {
-		avail[p] = c.tiers.arena(GPU, p).available()
+		avail[p] = c.tiers.arena(GPU, p).availableTo(c.tenantOf(op.req.Namespace))
 	}
 	clear(op.need)
 	for i := range op.blockNeed {

@@ -64,7 +64,7 @@ func (c *Cache) Admit(req Request) (Admission, error) {
 		}
 		a.Fits = true
 		for p := range c.geom.pools {
-			free := c.tiers.arena(GPU, p).available() - pinning[p]
+			free := c.tiers.arena(GPU, p).availableTo(c.tenantOf(req.Namespace)) - pinning[p]
 			a.NeedSlots += need[p]
 			if need[p] > 0 {
 				a.FreeSlots += free

@@ -24,7 +24,8 @@ import (
 // block whose units were dropped gets them back on t, unless a sequence
 // uses it or a transfer holds it, where Adopt stops. It takes free slots
 // of t and, when t is the last tier, evicts (drops) units there to make
-// room, as a move down into t would; it stops at the first block it
+// room, as a move down into t would, within the namespace's share of t
+// (TierConfig.Shares: at its cap, no free slot); it stops at the first block it
 // cannot place whole. It returns how many of the blocks the cache holds
 // whole afterwards, from the first (every one of them when all fit).
 //

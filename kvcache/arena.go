@@ -7,7 +7,9 @@ import (
 
 // arena is the slot memory of one tier in one pool: a fixed number of
 // unit-sized slots addressed by int32, a free-list stack, the unit each used
-// slot holds, and the policy that orders the arena's evictable units.
+// slot holds, and the policy that orders the arena's evictable units (with
+// namespaces' shares, one policy per namespace with a share and this one
+// for the rest: see shares.go).
 //
 // Counting: used = len(owner) - len(free) slots hold a unit. Outside an
 // operation every used slot's unit is tracked by the policy (tracked ==

@@ -69,10 +69,10 @@ type TierConfig struct {
 	// the tier is full, the units are moved down on eviction as without
 	// it (write-back). At most one tier has it.
 	WriteThrough bool
-	// Shares gives namespaces shares of this tier, which must be below
-	// the GPU: a reservation no other namespace evicts them below and a
-	// cap (see Share). A tier without shares treats every namespace
-	// alike. Shares cannot be combined with Config.BlockKeys.
+	// Shares gives namespaces shares of this tier: a reservation no other
+	// namespace evicts them below and a cap (see Share). A tier without
+	// shares treats every namespace alike. Shares cannot be combined with
+	// Config.BlockKeys.
 	Shares []Share
 }
 

@@ -16,7 +16,9 @@ type PoolInfo struct {
 	// Pool is the layout pool index.
 	Pool int
 	// Slots is the number of unit slots of the arena (at least 1 on the
-	// GPU, possibly 0 below it: the policy then never sees a key).
+	// GPU, possibly 0 below it: the policy then never sees a key); for
+	// the policy of a namespace with a share of the tier (see Share), the
+	// most slots the namespace may hold there.
 	Slots int
 	// UnitBytes is the size of every unit in the arena.
 	UnitBytes int64
@@ -49,7 +51,10 @@ func (info PoolInfo) NewIndex() (eviction.Index[UnitID], error) {
 }
 
 // PolicyFactory builds the eviction policy of one arena: one tier in one
-// layout pool. The cache calls it once per arena in New. LRUPolicy,
+// layout pool. The cache calls it once per arena in New, and once more per
+// Share of the arena's tier (each namespace with a share has a policy of
+// its own, which must be of the same kind: the optional interfaces of
+// package eviction it implements are the tier's own policy's). LRUPolicy,
 // FIFOPolicy, PrioritizedLRUPolicy, S3FIFOPolicy, ARCPolicy,
 // WTinyLFUPolicy and RetentionPolicy return factories of package
 // eviction's policies.

@@ -7,10 +7,13 @@ import (
 	"github.com/kvtier/kvtier/eviction"
 )
 
-// Share is a namespace's share of a tier below the GPU (TierConfig.Shares):
-// a reservation no other namespace can evict it below, and a cap it cannot
+// Share is a namespace's share of a tier (TierConfig.Shares): a
+// reservation no other namespace can evict it below, and a cap it cannot
 // grow past. Both are fractions of each of the tier's arenas (one per
-// layout pool), rounded down to slots.
+// layout pool), rounded down to slots. A namespace's slots are those its
+// units hold, pinned or cached; a unit that an operation loads to the GPU
+// holds its slot below until the operation ends (with an Engine, until
+// its transfer is done).
 //
 // A tier with shares gives each namespace that has one a policy of its
 // own, built by the tier's factory (PoolInfo.Slots is then the
@@ -25,15 +28,17 @@ import (
 //     those whose reservation it exceeds and N itself. When none has a unit
 //     to lose, the entering unit is dropped.
 //
-// So a namespace within its reservation keeps every unit it has there,
-// whatever the others do, and one over its share loses its own units
-// before anyone within theirs. Units enter a tier below the GPU when the
-// tier above evicts them, when Adopt registers them and as write-through
+// So no namespace loses a unit to another's while it holds no more than
+// its reservation, and one over its share loses its own units before
+// anyone within theirs. Units enter a tier below the GPU when the tier
+// above evicts them, when Adopt registers them and as write-through
 // backups (which take free slots only, and none at the cap); none of these
-// fails for want of room, they drop the unit instead, so shares never make
-// a request fail. Shares of the GPU are not supported: there a full tier
-// fails a request (ErrNoSpace), and the capacity checks of long operations
-// would have to hold per namespace.
+// fails for want of room, they drop the unit instead. On the GPU a request
+// needs its room: Acquire, Append, Fork and Truncate fail with ErrNoSpace
+// when the shares leave too few slots to the request's namespace (Admit
+// says so beforehand), a cap there bounds what a tenant's live sequences
+// hold, and a reservation keeps a tenant's cached prefixes from the
+// others' requests.
 type Share struct {
 	// Namespace is the namespace (Request.Namespace) the share is for.
 	Namespace string
@@ -73,9 +78,6 @@ func validateShares(cfg *Config, i int, name string) error {
 	shares := cfg.Tiers[i].Shares
 	if len(shares) == 0 {
 		return nil
-	}
-	if i == 0 {
-		return fmt.Errorf("%w: tier 1 (%s) has Shares: only tiers below the GPU may", ErrInvalidConfig, name)
 	}
 	if cfg.BlockKeys {
 		return fmt.Errorf("%w: tier %d (%s) has Shares and the cache BlockKeys: they cannot be combined", ErrInvalidConfig, i+1, name)
@@ -199,6 +201,10 @@ func (c *Cache) shareArena(a *arena, info PoolInfo, shares []Share, f PolicyFact
 			return fmt.Errorf("%w: %s policy of pool %d for namespace %q is not empty (%d keys)", ErrInvalidConfig, info.TierName, info.Pool, s.Namespace, keys)
 		}
 		t.pol = newPolicySet(p)
+		own := at.list[0].pol
+		if (t.pol.tx == nil) != (own.tx == nil) || (t.pol.pi == nil) != (own.pi == nil) || (t.pol.fg == nil) != (own.fg == nil) || tellsHits(p) != a.tellHits {
+			return fmt.Errorf("%w: %s policy of pool %d for namespace %q implements other optional interfaces (Transactional, PinnedInserter, Forgetter, PinnedAccessIgnorer) than the tier's own: a tier's factory must build policies of one kind", ErrInvalidConfig, info.TierName, info.Pool, s.Namespace)
+		}
 		at.of[c.tenants.ids[s.Namespace]] = uint8(len(at.list))
 		at.list = append(at.list, t)
 	}
@@ -278,6 +284,21 @@ func (at *arenaTenants) roomFor(t int, free int, evict bool) int {
 	return me.evictable() + min(head, others)
 }
 
+// availableTo is available for the units of namespace number ns: the
+// slots an operation placing them can obtain, free or by evictions the
+// shares allow, less those promised to long operations. Without shares it
+// is available. Subtracting every reservation from what a namespace can
+// obtain, whatever the units a reservation counted on, keeps each one
+// whole: another namespace's operation then takes at most what would be
+// left if the reservation were already taken (see ARCHITECTURE.md).
+func (a *arena) availableTo(ns uint8) int {
+	at := a.tenants
+	if at == nil {
+		return a.available()
+	}
+	return at.roomFor(int(at.of[ns]), len(a.free)+len(a.spare)-a.spareNext, true) - a.reserved
+}
+
 // victimTenant returns the tenant whose unit leaves to make room for a
 // unit of tenant t (see Share), or -1 when none can lose one.
 func (at *arenaTenants) victimTenant(t int) int {
@@ -337,8 +358,10 @@ type ShareStats struct {
 	Reserved, Cap, Used int
 	// Evictions counts the namespace's units the tier evicted.
 	Evictions uint64
-	// DropsAtCap counts the units of the namespace that could not enter
-	// the tier because it was at its cap with no unit of its own to
-	// lose (they were dropped).
+	// DropsAtCap counts the units of the namespace that the tier above
+	// evicted and that could not enter this tier because the namespace
+	// was at its cap with no unit of its own to lose (they were dropped).
+	// Write-through backups and Adopt, which stop at the cap, are not
+	// counted.
 	DropsAtCap uint64
 }

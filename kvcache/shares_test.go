@@ -70,7 +70,6 @@ func TestSharesConfigErrors(t *testing.T) {
 		mutate func(cfg *kvcache.Config)
 		want   string
 	}{
-		{"on the GPU", func(cfg *kvcache.Config) { cfg.Tiers[0].Shares = []kvcache.Share{{Namespace: "a", Reserve: 0.1}} }, "only tiers below the GPU"},
 		{"with block keys", func(cfg *kvcache.Config) { cfg.BlockKeys = true }, "BlockKeys"},
 		{"negative reserve", func(cfg *kvcache.Config) { cfg.Tiers[1].Shares[0].Reserve = -0.1 }, "Reserve -0.1"},
 		{"NaN reserve", func(cfg *kvcache.Config) { cfg.Tiers[1].Shares[0].Reserve = math.NaN() }, "Reserve NaN"},
@@ -235,4 +234,69 @@ func TestSharesRandomWorkload(t *testing.T) {
 		}
 		t.Logf("seed %d: %s", seed, strings.Join(names, ", "))
 	}
+}
+
+// TestGPUCapLimitsANamespace: a namespace capped at half the GPU (4 of 8
+// blocks) gets ErrNoSpace, as Admit predicts, for a prompt beyond its cap
+// and, while its live sequence holds 4 blocks, for any more; another
+// namespace uses the rest.
+func TestGPUCapLimitsANamespace(t *testing.T) {
+	tiers := kvcache.GPUAndCPU(kvcache.Capacity{Units: 8}, kvcache.Capacity{})
+	tiers[0].Shares = []kvcache.Share{{Namespace: "big", Cap: 0.5}}
+	c, err := kvcache.New(kvcache.Config{Layout: sharesLayout(t), Tiers: tiers})
+	require.NoError(t, err)
+	try := func(ns string, p []uint32) (kvcache.Plan, error) {
+		adm, err := c.Admit(kvcache.Request{Tokens: p, Namespace: ns})
+		require.NoError(t, err)
+		plan, err := c.Acquire(kvcache.Request{Tokens: p, Namespace: ns})
+		require.Equal(t, adm.Fits, err == nil, "Admit %+v, Acquire %v", adm, err)
+		return plan, err
+	}
+	_, err = try("big", prompt(0, 5))
+	require.ErrorIs(t, err, kvcache.ErrNoSpace)
+	held, err := try("big", prompt(100, 4))
+	require.NoError(t, err)
+	_, err = try("big", prompt(200, 1))
+	require.ErrorIs(t, err, kvcache.ErrNoSpace)
+	other, err := try("other", prompt(300, 4))
+	require.NoError(t, err)
+	for _, p := range []kvcache.Plan{other, held} {
+		require.NoError(t, c.Commit(p.Seq, 16))
+		require.NoError(t, c.Release(p.Seq))
+	}
+	// Cached, its blocks are its own to replace: a new prompt of 4 at its
+	// cap evicts them, not the other namespace's.
+	_, err = try("big", prompt(400, 4))
+	require.NoError(t, err)
+	require.Equal(t, 16, serveOne(t, c, "other", prompt(300, 4)), "the other namespace's blocks stayed")
+	s := c.Stats().Tiers[0].Shares[0]
+	require.Equal(t, uint64(4), s.Evictions)
+	require.Equal(t, 4, s.Used)
+}
+
+// TestGPUReservationKeepsCachedBlocks: a namespace reserves half the GPU
+// (no tier below); its 4 cached blocks stay through another namespace's
+// 100 prompts, which fit in the other half or are refused (ErrNoSpace)
+// rather than evict them, and it reuses its prompt whole afterwards.
+func TestGPUReservationKeepsCachedBlocks(t *testing.T) {
+	tiers := kvcache.GPUAndCPU(kvcache.Capacity{Units: 8}, kvcache.Capacity{})
+	tiers[0].Shares = []kvcache.Share{{Namespace: "q", Reserve: 0.5}}
+	c, err := kvcache.New(kvcache.Config{Layout: sharesLayout(t), Tiers: tiers})
+	require.NoError(t, err)
+	serveOne(t, c, "q", prompt(0, 4))
+	refused := 0
+	for i := range 100 {
+		p := prompt(1000+100*i, 1+i%6)
+		plan, err := c.Acquire(kvcache.Request{Tokens: p, Namespace: "n"})
+		if errors.Is(err, kvcache.ErrNoSpace) {
+			refused++
+			continue
+		}
+		require.NoError(t, err)
+		require.NoError(t, c.Commit(plan.Seq, len(p)))
+		require.NoError(t, c.Release(plan.Seq))
+		require.Equal(t, 4, c.Stats().Tiers[0].Shares[0].Used, "request %d", i)
+	}
+	require.Positive(t, refused, "prompts of 5 and 6 blocks do not fit beside the reservation")
+	require.Equal(t, 16, serveOne(t, c, "q", prompt(0, 4)))
 }

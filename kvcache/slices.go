@@ -32,7 +32,10 @@ import "runtime"
 //     lower tiers, and every unit of the blocks to compute) are counted
 //     against what each pool can supply, less what other long operations
 //     have reserved: ErrNoSpace here ends the Acquire with nothing taken
-//     but its claims, which are released. Otherwise the slots are
+//     but its claims, which are released (a claim takes a hollow block
+//     off the hollow list, so the end of a claim step may prune hollow
+//     blocks that a transfer had kept the list's head from letting go:
+//     see pruneMetadata; those stay pruned). Otherwise the slots are
 //     reserved: no other operation can take them (their capacity check
 //     counts reservations out), so the steps that take them cannot run
 //     out of room, whatever runs between them.

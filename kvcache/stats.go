@@ -160,6 +160,9 @@ func (c *Cache) Stats() Stats {
 func (c *Cache) snapshot() Stats {
 	s := c.snap
 	s.Tiers = append([]TierStats(nil), s.Tiers...)
+	for i := range s.Tiers {
+		s.Tiers[i].Shares = append([]ShareStats(nil), s.Tiers[i].Shares...)
+	}
 	return s
 }
 

@@ -466,6 +466,12 @@ func (c *Cache) stage() error {
 	t.perPool = t.perPool[:2*np]
 	clear(t.perPool)
 	need, gained := t.perPool[:np], t.perPool[np:]
+	// The operation places units of one namespace (its sequence's), whose
+	// shares of the GPU say what it can obtain (see Share).
+	var tenant uint8
+	if len(t.needs) > 0 {
+		tenant = c.units.rec(t.needs[0].u).tenant
+	}
 	for _, u := range t.unpins {
 		st := c.units.of(u)
 		st.pins--
@@ -509,7 +515,7 @@ func (c *Cache) stage() error {
 	for p := range np {
 		// A unit that becomes pinned is one evictable unit fewer. A long
 		// operation's step may use what was reserved for it.
-		a := c.tiers.arena(GPU, p).available() - gained[p]
+		a := c.tiers.arena(GPU, p).availableTo(tenant) - gained[p]
 		if t.reserve != nil {
 			a += t.reserve[p]
 		}
@@ -730,6 +736,11 @@ func (c *Cache) evictUnit(a *arena, t Tier, p int, v UnitID, drop bool) (slot in
 			a.track(v, false) // a unit of the block, counted as before
 		} else {
 			a.tracked++ // no unit of the arena left
+			if a.tenants != nil {
+				// takeSharedSlot counted it out of its namespace too
+				// (it checked that v is one of that namespace's).
+				a.countTracked(v, 1, 0)
+			}
 		}
 		return 0, false, c.poison(a, "Evict returned %d, not an evictable unit of the arena", v)
 	}
