@@ -2123,12 +2123,14 @@ func TestModelSliced(t *testing.T) {
 }
 
 // TestModelShares runs the model-based test with namespaces' shares of
-// every tier (modelShares), with a Mover and with a
-// TransferEngine, in plain operations and in steps: the shares choose
-// other victims, which the checks do not predict, and every check holds;
-// the invariants check each namespace's counts against the slots.
+// every tier (modelShares), with a Mover and with a TransferEngine, in
+// plain operations, in steps and with chaos policies: the shares choose
+// other victims, which the checks do not predict, and refuse requests
+// beyond a namespace's room on the GPU, which Admit predicts; every check
+// holds, and the accounting checks each namespace's counts against the
+// slots.
 func TestModelShares(t *testing.T) {
-	steps := modelSize(1500, 500, 300)
+	steps, chaosRuns := modelSize(800, 500, 300), uint64(modelSize(6, 3, 2))
 	var configs []modelConfig
 	for _, mc := range modelConfigs() {
 		mc.name, mc.shares = mc.name+"-shares", true
@@ -2157,7 +2159,12 @@ func TestModelShares(t *testing.T) {
 		for k, v := range shared {
 			total[k] += v
 		}
-		t.Logf("%v; sliced %v", total, more)
+		// Policies that break their contract now and then: the
+		// namespaces' counts stay exact after the poison.
+		chaos := mc
+		chaos.chaos = 300
+		poisoned, breaches := runSeeds(t, chaos, 1300, chaosRuns, steps/4, nil)
+		t.Logf("%v; sliced %v; chaos %v, breaches %v", total, more, poisoned, breaches)
 		return total
 	}, func(total map[string]int) {
 		requireMet(t, total, "onboard", "recompute", "share evicted", "dropped at a cap", "move down below the CPU", "backups written", "adopted")
