@@ -326,13 +326,19 @@ func (at *arenaTenants) victimTenant(t int) int {
 func (c *Cache) takeSharedSlot(a *arena, t Tier, p int, u UnitID) (int32, bool, error) {
 	at := a.tenants
 	me := a.tenantOf(u)
-	if !a.atCap(u) {
+	var vt int
+	switch {
+	case a.atCap(u):
+		vt = at.victimTenant(me) // its own, or none
+	case c.ownFirst(a, p, me):
+		vt = me
+	default:
 		if s, ok := a.pop(); ok {
 			c.tx.log(undoRec{kind: undoSlot, tier: t, pool: int32(p), slot: s, u: noUnit})
 			return s, true, nil
 		}
+		vt = at.victimTenant(me)
 	}
-	vt := at.victimTenant(me)
 	if vt < 0 {
 		return 0, false, nil
 	}
@@ -346,6 +352,34 @@ func (c *Cache) takeSharedSlot(a *arena, t Tier, p int, u UnitID) (int32, bool, 
 	a.tracked--
 	at.list[vt].tracked--
 	return c.evictUnit(a, t, p, v, false)
+}
+
+// ownFirst reports whether a unit of tenant me takes the place of one of
+// me's own units rather than a free slot or another tenant's: when me has
+// evictable units no other tenant can take (those within its reservation)
+// and the slots any tenant can take (free, and the others' surplus) are no
+// more than what other long operations have reserved. Their reservations
+// counted on those shared slots, and me's capacity check on its own units
+// (availableTo); taking a shared slot would leave a reservation short
+// while one of me's own was there to lose. Evicting one of those does not
+// shrink the shared slots: me's surplus stays what it was.
+func (c *Cache) ownFirst(a *arena, p int, me int) bool {
+	at := a.tenants
+	x := &at.list[me]
+	if a.reserved == 0 || x.evictable() <= x.surplus() {
+		return false
+	}
+	others := a.reserved
+	if r := c.tx.reserve; r != nil {
+		others -= r[p] // a long operation's own step: its reservation is its own
+	}
+	shared := len(a.free)
+	for i := range at.list {
+		if i != me {
+			shared += at.list[i].surplus()
+		}
+	}
+	return shared <= others
 }
 
 // ShareStats is what a namespace's Share of a tier holds, summed over the

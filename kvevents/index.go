@@ -512,7 +512,7 @@ func (ix *Index) Score(dst []Score, hashes []uint64, w Weights) []Score {
 	n := len(ix.servers)
 	// A server's row is its position in dst, by id (-1: not live).
 	var rowBuf [64]int32
-	row := rowBuf[:0]
+	var row []int32
 	if n > len(rowBuf) {
 		row = make([]int32, n)
 	} else {
@@ -528,7 +528,7 @@ func (ix *Index) Score(dst []Score, hashes []uint64, w Weights) []Score {
 		dst = append(dst, Score{Server: s.name})
 	}
 	var weightBuf [8]float64
-	weight := weightBuf[:0]
+	var weight []float64
 	if len(ix.media) > len(weightBuf) {
 		weight = make([]float64, len(ix.media))
 	} else {
