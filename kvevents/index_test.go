@@ -89,19 +89,10 @@ func requireSameIndex(t *testing.T, w *indexWorkload, ix *Index, ref *refIndex, 
 	slices.Sort(names)
 	require.Equal(t, names, slices.Collect(ix.Servers()), "%s: servers", msg)
 	for _, s := range w.servers {
-		require.Equal(t, len(ref.servers[s]), ix.Len(s), "%s: Len(%s)", msg, s)
 		for h := range uint64(w.hashes) {
 			require.Equal(t, ref.servers[s][h], ix.Media(s, h), "%s: Media(%s, %d)", msg, s, h)
 		}
-		got := map[uint64][]string{}
-		for h, m := range ix.Blocks(s) {
-			got[h] = m
-		}
-		want := ref.servers[s]
-		if len(want) == 0 {
-			want = map[uint64][]string{}
-		}
-		require.Equal(t, want, got, "%s: Blocks(%s)", msg, s)
+		requireSameBlocks(t, ix, ref, s, msg)
 	}
 	require.Equal(t, ref.orphans, ix.Orphans(), "%s: orphans", msg)
 	require.Equal(t, ref.strays, ix.Strays(), "%s: strays", msg)
@@ -246,18 +237,23 @@ func TestIndexConcurrentUse(t *testing.T) {
 	close(done)
 	rg.Wait()
 	for i, ref := range refs {
-		s := fmt.Sprintf("w%d", i)
-		require.Equal(t, len(ref.servers[s]), ix.Len(s), "Len(%s)", s)
-		got := map[uint64][]string{}
-		for h, m := range ix.Blocks(s) {
-			got[h] = m
-		}
-		want := ref.servers[s]
-		if len(want) == 0 {
-			want = map[uint64][]string{}
-		}
-		require.Equal(t, want, got, "Blocks(%s)", s)
+		requireSameBlocks(t, ix, ref, fmt.Sprintf("w%d", i), "end")
 	}
+}
+
+// requireSameBlocks compares server s's Len and Blocks in ix with ref's.
+func requireSameBlocks(t *testing.T, ix *Index, ref *refIndex, s, msg string) {
+	t.Helper()
+	require.Equal(t, len(ref.servers[s]), ix.Len(s), "%s: Len(%s)", msg, s)
+	got := map[uint64][]string{}
+	for h, m := range ix.Blocks(s) {
+		got[h] = m
+	}
+	want := ref.servers[s]
+	if len(want) == 0 {
+		want = map[uint64][]string{}
+	}
+	require.Equal(t, want, got, "%s: Blocks(%s)", msg, s)
 }
 
 // TestScoreOrder: the documented order, by Value, then Blocks, then name;
